@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs what graphcheck needs when it is missing; idempotent and quiet when all is present.
+#
+#   GRAPHCHECK_VENV   Python virtual environment holding libtorch (from the PyTorch wheel) and the
+#                     test-only Python packages. Default: ~/.cache/graphcheck/venv (outside the
+#                     clone, reused across clones).
+#   Torch_DIR / CMAKE_PREFIX_PATH
+#                     an existing libtorch the user points to wins: no torch is installed then.
+#   GRAPHCHECK_TORCH_VERSION   default 2.13.0 (a CPU build).
+set -euo pipefail
+
+venv="${GRAPHCHECK_VENV:-$HOME/.cache/graphcheck/venv}"
+torch_version="${GRAPHCHECK_TORCH_VERSION:-2.13.0}"
+
+log() { printf 'ci/setup.sh: %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------------
+packages=(g++ cmake ninja-build python3-venv googletest libgtest-dev libgmock-dev libbenchmark-dev
+          libboost-test-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          libxxhash-dev)
+missing=()
+for p in "${packages[@]}"; do
+  # cmake may come from elsewhere (pip, pyenv); only install Debian's when none is on PATH.
+  if [[ $p == cmake ]] && command -v cmake >/dev/null; then continue; fi
+  if [[ $p == python3-venv ]] && python3 -c 'import venv, ensurepip' 2>/dev/null; then continue; fi
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo=""; [[ $(id -u) == 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+# --- libtorch ---------------------------------------------------------------------------------
+user_torch=""
+if [[ -n ${Torch_DIR:-} && -f ${Torch_DIR}/TorchConfig.cmake ]]; then user_torch="$Torch_DIR"; fi
+if [[ -z $user_torch && -n ${CMAKE_PREFIX_PATH:-} ]]; then
+  IFS=':;' read -ra prefixes <<<"$CMAKE_PREFIX_PATH"
+  for p in "${prefixes[@]}"; do
+    [[ -f $p/share/cmake/Torch/TorchConfig.cmake ]] && user_torch="$p" && break
+  done
+fi
+
+if [[ ! -x $venv/bin/python ]]; then
+  log "creating the Python virtual environment $venv"
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+need=()
+if [[ -z $user_torch ]]; then
+  "$py" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" \
+    2>/dev/null || need+=("torch==$torch_version")
+fi
+"$py" -c 'import safetensors' 2>/dev/null || need+=(safetensors)
+"$py" -c 'import numpy' 2>/dev/null || need+=(numpy)
+if ((${#need[@]})); then
+  log "installing into $venv: ${need[*]}"
+  "$py" -m pip install -q --disable-pip-version-check "${need[@]}"
+fi
+if [[ -n $user_torch ]]; then
+  log "using the libtorch you pointed to: $user_torch"
+fi

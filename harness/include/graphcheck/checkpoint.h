@@ -1,0 +1,62 @@
+#pragma once
+// Checkpoints as safetensors files, seen as torch tensors and weight streams.
+
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphcheck/model.h"
+#include "graphcheck/safetensors.h"
+
+namespace graphcheck {
+
+// safetensors dtype <-> libtorch dtype. F8_E4M3 / F8_E5M2 map onto libtorch's float8 types;
+// F8_E8M0 onto Float8_e8m0fnu where libtorch has it, else uint8 (same bytes). Throws
+// safetensors::Error for a libtorch dtype safetensors cannot hold.
+[[nodiscard]] c10::ScalarType to_scalar_type(safetensors::Dtype dtype);
+[[nodiscard]] safetensors::Dtype to_safetensors_dtype(c10::ScalarType dtype);
+
+// A copy of one tensor of an open file, as a contiguous CPU tensor.
+[[nodiscard]] torch::Tensor read_tensor(const safetensors::File& file,
+                                        const safetensors::TensorInfo& info);
+
+// Writes tensors (made contiguous, on CPU) as a safetensors file, atomically.
+void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
+                     const std::map<std::string, std::string>& metadata = {});
+
+// Streams the tensors of one safetensors file in data-offset order; with `only`, just those whose
+// names start with one of the prefixes. Opening validates the whole file (safetensors::Error).
+class SafetensorsWeightStream : public WeightStream {
+ public:
+  explicit SafetensorsWeightStream(const std::string& path, std::vector<std::string> only = {});
+  std::optional<NamedTensor> next() override;
+  [[nodiscard]] std::string source() const override;
+  [[nodiscard]] const safetensors::File& file() const { return m_file; }
+
+ private:
+  safetensors::File m_file;
+  std::vector<std::string> m_only;
+  std::size_t m_next = 0;
+};
+
+// Streams tensors held in memory.
+class TensorListWeightStream : public WeightStream {
+ public:
+  TensorListWeightStream(std::vector<NamedTensor> tensors, std::string source)
+      : m_tensors(std::move(tensors)), m_source(std::move(source)) {}
+  std::optional<NamedTensor> next() override;
+  [[nodiscard]] std::string source() const override { return m_source; }
+
+ private:
+  std::vector<NamedTensor> m_tensors;
+  std::string m_source;
+  std::size_t m_next = 0;
+};
+
+[[nodiscard]] bool matches_any_prefix(const std::string& name,
+                                      const std::vector<std::string>& prefixes);
+
+}  // namespace graphcheck

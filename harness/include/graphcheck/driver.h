@@ -1,0 +1,49 @@
+#pragma once
+// The lifecycle driver: runs one scenario. Torch-free header, so that the CLI (and a future
+// child-process runner) only deals in scenarios, options and records.
+//
+// Phases: construct -> load -> PWAL -> warm-up (per batch size) -> capture (per batch size) ->
+// replay + compare (per graph) -> for each refit cycle: [refit: load (in place, maybe a subset)
+// -> PWAL] -> replay + compare.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphcheck/record.h"
+#include "graphcheck/scenario.h"
+
+namespace graphcheck {
+
+class Probe;
+
+// Streaming progress, for the console. Called on the thread that runs the scenario.
+class ProgressListener {
+ public:
+  virtual ~ProgressListener() = default;
+  virtual void on_scenario_start(const Scenario& scenario, int index, int total) {}
+  virtual void on_phase(const std::string& phase, int cycle, std::int64_t batch_size) {}
+  virtual void on_scenario_done(const ScenarioRecord& record) {}
+};
+
+struct RunOptions {
+  std::string backend = "auto";
+  std::set<std::string> mutations;     // enabled for the scenario
+  std::optional<std::uint64_t> seed;   // replaces the scenario's seed
+  std::string work_dir = "reports/out/work";  // generated checkpoints go below it
+  // Extra probes that run after the scenario's own (tests use a recording probe). Not owned.
+  std::vector<Probe*> extra_probes;
+};
+
+// Runs one scenario; never throws. Model exceptions become failed checks, user errors (bad
+// config, bad checkpoint) Status::error, harness faults Status::crashed.
+[[nodiscard]] ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,
+                                          ProgressListener* progress = nullptr);
+
+// Fixtures, probes and mutations known to this binary.
+[[nodiscard]] ScenarioCatalog default_catalog();
+
+}  // namespace graphcheck

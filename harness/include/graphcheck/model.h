@@ -1,0 +1,158 @@
+#pragma once
+// The model contract: what a model author implements so graphcheck can drive its weight
+// lifecycle. See DESIGN.md §2.1.
+//
+//   class MyModel : public graphcheck::LifecycleModel { ... };
+//   GRAPHCHECK_REGISTER_MODEL("my_model", [](const graphcheck::ModelConfig& config) {
+//     return std::make_unique<MyModel>(config);
+//   });
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graphcheck/config.h"
+#include "graphcheck/hooks.h"
+#include "graphcheck/mutation.h"
+
+namespace graphcheck {
+
+struct NamedTensor {
+  std::string name;
+  torch::Tensor tensor;
+};
+
+// A stream of (name, tensor) pairs, in the order a checkpoint or a refit bucket delivers them.
+class WeightStream {
+ public:
+  virtual ~WeightStream() = default;
+  // The next tensor, or std::nullopt once the stream is exhausted.
+  virtual std::optional<NamedTensor> next() = 0;
+  // Where the tensors come from, for error messages: "checkpoint 'ckpt/seed-1.safetensors'".
+  [[nodiscard]] virtual std::string source() const = 0;
+};
+
+// The checkpoint and the model disagree (unknown name, shape or dtype mismatch, a tensor the
+// model needs that the checkpoint lacks). A user error: the CLI exits 2.
+class CheckpointMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Loads one checkpoint tensor into a live tensor (`param`), in place. The default copies.
+using WeightLoader = std::function<void(torch::Tensor& param, const torch::Tensor& loaded)>;
+
+// Per-tensor attributes, the C++ counterpart of the Python stacks' set_weight_attrs().
+struct TensorAttrs {
+  // Dummy load fills the tensor with this constant instead of random values.
+  std::optional<double> dummy_weight_value;
+  // false: a non-persistent buffer (libtorch buffers have no such flag): not in checkpoints,
+  // never touched by loaders.
+  bool persistent = true;
+  // Replaces the default copy when a checkpoint tensor is loaded into this tensor.
+  WeightLoader weight_loader;
+};
+
+// Attributes keyed by tensor identity (the TensorImpl), owned by one model. Rebinding a member to
+// a new tensor drops its attributes, as in Python.
+class TensorAttributes {
+ public:
+  void set(const torch::Tensor& tensor, TensorAttrs attrs);
+  // nullptr when the tensor has no attributes.
+  [[nodiscard]] const TensorAttrs* find(const torch::Tensor& tensor) const;
+
+ private:
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::TensorImpl> impl;  // keeps the key's address from being reused
+    TensorAttrs attrs;
+  };
+  std::unordered_map<const c10::TensorImpl*, Entry> m_entries;
+};
+
+class LifecycleModel {
+ public:
+  virtual ~LifecycleModel() = default;
+
+  // Tensor discovery: the module tree whose parameters and buffers are the model's weights.
+  virtual torch::nn::Module& module() = 0;
+
+  // Checkpoint path: consume a stream of (name, tensor) and return the names it loaded. Must load
+  // in place (copy_) so that addresses baked into captured graphs stay valid. Most models call
+  // load_module_weights(*this, weights).
+  virtual std::set<std::string> load_weights(WeightStream& weights) = 0;
+
+  // PWAL: called by the loader after every load format (checkpoint, dummy) and every refit.
+  // Must be idempotent.
+  virtual void process_weights_after_loading() = 0;
+
+  // Must be graph-capturable: no host sync, no allocation that outlives the call.
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+
+  // An input batch of `batch_size` rows, deterministic in `seed`.
+  virtual torch::Tensor make_input(std::int64_t batch_size, std::uint64_t seed) = 0;
+
+  // Tensors the forward reads that are not registered parameters or buffers (plain members),
+  // with their dotted names ("layers.0.hc_attn_fn_broadcast").
+  virtual std::vector<NamedTensor> extra_tensors() { return {}; }
+
+  // A full checkpoint, deterministic in `seed`, in the checkpoint layout. The default draws every
+  // persistent parameter and buffer from a seeded normal distribution (integers: small range).
+  virtual std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed);
+
+  [[nodiscard]] TensorAttributes& tensor_attributes() { return m_attributes; }
+  [[nodiscard]] const TensorAttributes& tensor_attributes() const { return m_attributes; }
+
+ private:
+  TensorAttributes m_attributes;
+};
+
+// The tensors a checkpoint must provide: every parameter and persistent buffer, by dotted name.
+[[nodiscard]] std::vector<NamedTensor> checkpoint_tensors(LifecycleModel& model);
+
+// Every tensor the model owns or declares: parameters, buffers (persistent or not) and
+// extra_tensors(), by dotted name.
+[[nodiscard]] std::vector<NamedTensor> live_tensors(LifecycleModel& model);
+
+// The default load_weights(): each streamed tensor is matched to a parameter or persistent
+// buffer by name and loaded in place (the tensor's weight_loader if it has one, else copy_).
+// Throws CheckpointMismatch naming the tensor on an unknown name or a shape or dtype mismatch.
+std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& weights);
+
+// ---- registry -----------------------------------------------------------------------------
+
+using ModelFactory = std::function<std::unique_ptr<LifecycleModel>(const ModelConfig&)>;
+
+class ModelRegistry {
+ public:
+  struct Entry {
+    std::string name;
+    ModelFactory factory;
+  };
+  static ModelRegistry& get();
+  // Returns true so that it can initialise a static; a duplicate name aborts with a message.
+  bool add(std::string name, ModelFactory factory);
+  [[nodiscard]] const Entry* find(const std::string& name) const;
+  [[nodiscard]] std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Entry>> m_entries;
+};
+
+}  // namespace graphcheck
+
+#define GRAPHCHECK_MODEL_CONCAT_(a, b) a##b
+#define GRAPHCHECK_MODEL_CONCAT(a, b) GRAPHCHECK_MODEL_CONCAT_(a, b)
+// Registers a model factory under a name scenario files use (`model: {fixture: NAME}`).
+#define GRAPHCHECK_REGISTER_MODEL(name, factory)                                      \
+  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_registered_, __LINE__) = \
+      ::graphcheck::ModelRegistry::get().add(name, factory)

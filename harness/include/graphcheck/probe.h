@@ -1,0 +1,168 @@
+#pragma once
+// Probes observe the lifecycle and write findings and measurements into the scenario's record.
+// The driver calls begin events in probe order and end events in reverse order, so probes nest
+// like RAII guards. Probes never talk to reporters.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphcheck/backend.h"
+#include "graphcheck/model.h"
+#include "graphcheck/record.h"
+#include "graphcheck/scenario.h"
+
+namespace graphcheck {
+
+enum class Phase { construct, load, pwal, warmup, capture, replay, compare, refit };
+[[nodiscard]] const char* to_string(Phase phase);
+
+struct PhaseEvent {
+  Phase phase = Phase::construct;
+  int cycle = 0;                // 0: initial load; k >= 1: refit cycle k
+  std::int64_t batch_size = 0;  // warmup, capture, replay, compare
+};
+
+struct LoadEvent : PhaseEvent {
+  LoadFormat format = LoadFormat::checkpoint;
+  bool refit = false;
+  std::string source;               // "checkpoint 'path'"
+  std::set<std::string> loaded;     // end only: names load_weights() reported
+};
+
+struct CaptureEvent : PhaseEvent {
+  const CapturedGraph* graph = nullptr;  // end only
+};
+
+struct ReplayEvent : PhaseEvent {
+  const CapturedGraph* graph = nullptr;
+  torch::Tensor replay_output;  // end only
+};
+
+// After a replay: the same input run eagerly through the captured model A.
+struct CompareEvent : PhaseEvent {
+  const CapturedGraph* graph = nullptr;
+  torch::Tensor input;
+  torch::Tensor replay_output;
+  torch::Tensor eager_output;  // end only
+};
+
+struct HookEvent {
+  std::string module_path;  // "" for the top-level module, else "layers.0"
+  std::string hook;
+  Phase phase = Phase::construct;  // the phase it ran in
+  int cycle = 0;
+};
+
+// What a probe sees of the running scenario. Implemented by the driver.
+class RunContext {
+ public:
+  virtual ~RunContext() = default;
+  [[nodiscard]] virtual const Scenario& scenario() const = 0;
+  [[nodiscard]] virtual LifecycleModel& model() = 0;
+  [[nodiscard]] virtual const GraphBackend& backend() const = 0;
+  [[nodiscard]] virtual std::vector<CapturedGraph*> graphs() = 0;
+  // Model B: constructed fresh and loaded in one go with the weights A should hold now (the
+  // initial checkpoint overlaid with every refit so far), then PWAL. Built once per cycle.
+  [[nodiscard]] virtual LifecycleModel& reference_model() = 0;
+  // Writing results.
+  virtual void add_finding(Finding finding) = 0;
+  virtual void add_measurement(Measurement measurement) = 0;
+};
+
+// Every event, declared in firing order. Implement all of them, or derive from EmptyProbe.
+class Probe {
+ public:
+  virtual ~Probe() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // Before the model is constructed.
+  virtual void on_scenario_begin(RunContext& ctx) = 0;
+  // Around the model's construction (model B's construction fires no events).
+  virtual void on_construct_begin(RunContext& ctx, const PhaseEvent& event) = 0;
+  virtual void on_construct_end(RunContext& ctx, const PhaseEvent& event) = 0;
+  // Around load_weights() (checkpoint) or the dummy fill, for the initial load and each refit.
+  virtual void on_load_begin(RunContext& ctx, const LoadEvent& event) = 0;
+  virtual void on_load_end(RunContext& ctx, const LoadEvent& event) = 0;
+  // Around process_weights_after_loading(), after every load.
+  virtual void on_pwal_begin(RunContext& ctx, const PhaseEvent& event) = 0;
+  virtual void on_pwal_end(RunContext& ctx, const PhaseEvent& event) = 0;
+  // Around the eager warm-up forward at one batch size, before any capture.
+  virtual void on_warmup_begin(RunContext& ctx, const PhaseEvent& event) = 0;
+  virtual void on_warmup_end(RunContext& ctx, const PhaseEvent& event) = 0;
+  // Around the capture of one graph (one per batch size).
+  virtual void on_capture_begin(RunContext& ctx, const CaptureEvent& event) = 0;
+  virtual void on_capture_end(RunContext& ctx, const CaptureEvent& event) = 0;
+  // Around one replay of one graph: after the initial capture and after every refit.
+  virtual void on_replay_begin(RunContext& ctx, const ReplayEvent& event) = 0;
+  virtual void on_replay_end(RunContext& ctx, const ReplayEvent& event) = 0;
+  // Around the eager forward of model A on the replayed input (right after each replay).
+  virtual void on_compare_begin(RunContext& ctx, const CompareEvent& event) = 0;
+  virtual void on_compare_end(RunContext& ctx, const CompareEvent& event) = 0;
+  // Around one refit cycle, which holds a load and a PWAL (nested inside these two events).
+  virtual void on_refit_begin(RunContext& ctx, const PhaseEvent& event) = 0;
+  virtual void on_refit_end(RunContext& ctx, const PhaseEvent& event) = 0;
+  // Whenever model code announces a hook (GRAPHCHECK_HOOK), in any phase.
+  virtual void on_hook(RunContext& ctx, const HookEvent& event) = 0;
+  // After everything, also when the scenario stopped early on an exception.
+  virtual void on_scenario_end(RunContext& ctx) = 0;
+};
+
+// No-op defaults.
+class EmptyProbe : public Probe {
+ public:
+  void on_scenario_begin(RunContext&) override {}
+  void on_construct_begin(RunContext&, const PhaseEvent&) override {}
+  void on_construct_end(RunContext&, const PhaseEvent&) override {}
+  void on_load_begin(RunContext&, const LoadEvent&) override {}
+  void on_load_end(RunContext&, const LoadEvent&) override {}
+  void on_pwal_begin(RunContext&, const PhaseEvent&) override {}
+  void on_pwal_end(RunContext&, const PhaseEvent&) override {}
+  void on_warmup_begin(RunContext&, const PhaseEvent&) override {}
+  void on_warmup_end(RunContext&, const PhaseEvent&) override {}
+  void on_capture_begin(RunContext&, const CaptureEvent&) override {}
+  void on_capture_end(RunContext&, const CaptureEvent&) override {}
+  void on_replay_begin(RunContext&, const ReplayEvent&) override {}
+  void on_replay_end(RunContext&, const ReplayEvent&) override {}
+  void on_compare_begin(RunContext&, const CompareEvent&) override {}
+  void on_compare_end(RunContext&, const CompareEvent&) override {}
+  void on_refit_begin(RunContext&, const PhaseEvent&) override {}
+  void on_refit_end(RunContext&, const PhaseEvent&) override {}
+  void on_hook(RunContext&, const HookEvent&) override {}
+  void on_scenario_end(RunContext&) override {}
+};
+
+// ---- registry -------------------------------------------------------------------------------
+
+using ProbeFactory = std::function<std::unique_ptr<Probe>()>;
+
+class ProbeRegistry {
+ public:
+  struct Entry {
+    std::string name;
+    std::string description;
+    ProbeFactory factory;
+  };
+  static ProbeRegistry& get();
+  bool add(std::string name, std::string description, ProbeFactory factory);
+  [[nodiscard]] const Entry* find(const std::string& name) const;
+  [[nodiscard]] std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Entry>> m_entries;
+};
+
+}  // namespace graphcheck
+
+#define GRAPHCHECK_PROBE_CONCAT_(a, b) a##b
+#define GRAPHCHECK_PROBE_CONCAT(a, b) GRAPHCHECK_PROBE_CONCAT_(a, b)
+#define GRAPHCHECK_REGISTER_PROBE(name, description, type)                            \
+  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __LINE__) = \
+      ::graphcheck::ProbeRegistry::get().add(name, description,                       \
+                                             [] { return std::make_unique<type>(); })

@@ -1,0 +1,77 @@
+#pragma once
+// Result records: what probes and the driver write, and the only thing reporters read.
+// Plain values, torch-free.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace graphcheck {
+
+// Bumped on any incompatible change to the JSON report (reports/schema/).
+inline constexpr int kReportSchemaVersion = 1;
+
+enum class Status {
+  passed,   // every check held
+  failed,   // a check failed (a probe finding, or model code threw): exit 1
+  error,    // bad scenario, config or checkpoint: exit 2
+  crashed,  // the harness itself failed: exit 3
+  skipped,  // not run, with a stated reason
+};
+[[nodiscard]] const char* to_string(Status status);
+
+// One failed check, with the evidence a reader needs to find the bug.
+struct Finding {
+  std::string probe;  // "address", "replay_diff", or "driver" for model exceptions
+  std::string phase;  // lifecycle phase it was detected in
+  int cycle = 0;      // 0: initial load; k >= 1: refit cycle k
+  std::int64_t batch_size = 0;  // 0 when not tied to one graph
+  std::string subject;          // the tensor, hook or output it is about
+  std::string message;          // one sentence: what went wrong and how to fix it
+  std::vector<std::pair<std::string, std::string>> evidence;  // ordered key/value pairs
+};
+
+// A tagged number (`gc/replay_diff/max_abs`, `gc/timing/capture`), NVBench style.
+struct Measurement {
+  std::string tag;
+  double value = 0;
+  std::string unit;
+  std::string phase;
+  int cycle = 0;
+  std::int64_t batch_size = 0;
+};
+
+struct ScenarioRecord {
+  std::string name;
+  std::string file;
+  std::string description;
+  std::string fixture;
+  std::string backend;
+  std::vector<std::string> mutations;  // enabled in this run
+  // Declared in the scenario: mutation -> probes that must catch it.
+  std::map<std::string, std::vector<std::string>> expected_catches;
+  std::vector<std::string> probes;  // probes that ran
+  Status status = Status::passed;
+  std::string reason;  // error / crashed / skipped: why
+  std::vector<Finding> findings;
+  std::vector<Measurement> measurements;
+  double seconds = 0;
+
+  [[nodiscard]] std::set<std::string> failed_probes() const;
+};
+
+struct RunRecord {
+  std::string tool_version;
+  std::string started_at;  // ISO 8601 UTC
+  std::vector<ScenarioRecord> scenarios;
+  double seconds = 0;
+
+  [[nodiscard]] int count(Status status) const;
+  // 0 all passed, 1 a check failed, 2 bad usage/scenario/checkpoint, 3 harness failure.
+  [[nodiscard]] int exit_code() const;
+};
+
+}  // namespace graphcheck

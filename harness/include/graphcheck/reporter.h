@@ -1,0 +1,77 @@
+#pragma once
+// Reporters read records; nothing else. Two kinds, as in Catch2: streaming (console: progress as
+// it happens) and cumulative (JSON, JUnit: the whole document at the end, written atomically).
+// Torch-free.
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphcheck/driver.h"
+#include "graphcheck/record.h"
+
+namespace graphcheck {
+
+class Reporter : public ProgressListener {
+ public:
+  // After the last scenario.
+  virtual void on_run_done(const RunRecord& run) = 0;
+};
+
+// Streams progress per scenario and phase, then a summary table and each failure's evidence.
+class ConsoleReporter : public Reporter {
+ public:
+  explicit ConsoleReporter(std::ostream& out, bool verbose = false);
+  void on_scenario_start(const Scenario& scenario, int index, int total) override;
+  void on_phase(const std::string& phase, int cycle, std::int64_t batch_size) override;
+  void on_scenario_done(const ScenarioRecord& record) override;
+  void on_run_done(const RunRecord& run) override;
+
+ private:
+  std::ostream& m_out;
+  bool m_verbose;
+  std::string m_last_phase;
+};
+
+// Writes the whole run as JSON (schema: reports/schema/graphcheck-report.schema.json).
+class JsonReporter : public Reporter {
+ public:
+  explicit JsonReporter(std::string path) : m_path(std::move(path)) {}
+  void on_run_done(const RunRecord& run) override;
+
+ private:
+  std::string m_path;
+};
+
+// JUnit XML: one testsuite per scenario file, one testcase per scenario.
+class JunitReporter : public Reporter {
+ public:
+  explicit JunitReporter(std::string path) : m_path(std::move(path)) {}
+  void on_run_done(const RunRecord& run) override;
+
+ private:
+  std::string m_path;
+};
+
+// Owns reporters and forwards every event to each, in order.
+class ReporterMux : public Reporter {
+ public:
+  void add(std::unique_ptr<Reporter> reporter) { m_reporters.push_back(std::move(reporter)); }
+  void on_scenario_start(const Scenario& scenario, int index, int total) override;
+  void on_phase(const std::string& phase, int cycle, std::int64_t batch_size) override;
+  void on_scenario_done(const ScenarioRecord& record) override;
+  void on_run_done(const RunRecord& run) override;
+
+ private:
+  std::vector<std::unique_ptr<Reporter>> m_reporters;
+};
+
+[[nodiscard]] std::string json_report(const RunRecord& run);
+[[nodiscard]] std::string junit_report(const RunRecord& run);
+
+// Writes `content` to `path` atomically (temp file in the same directory, then rename); creates
+// missing parent directories. Throws std::runtime_error naming the path on failure.
+void write_file_atomically(const std::string& path, const std::string& content);
+
+}  // namespace graphcheck

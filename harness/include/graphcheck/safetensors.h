@@ -1,0 +1,157 @@
+// Torch-free reader and writer for the safetensors format.
+//
+// Layout of a file (the format of https://github.com/huggingface/safetensors):
+//   bytes [0, 8)        N, the header size, a little-endian uint64
+//   bytes [8, 8 + N)    the header: a UTF-8 JSON object, possibly padded with trailing spaces
+//   bytes [8 + N, end)  the data section
+// Each header key other than "__metadata__" names a tensor and maps to
+//   {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}
+// with offsets relative to the start of the data section. "__metadata__", when present, maps
+// to an object of string -> string.
+//
+// See Note [Safetensors validation] in safetensors.cpp for the checks File::open performs. In
+// short, it accepts what the reference implementation accepts (tensors packed back to back from
+// offset 0 to the end of the file, no holes, no overlaps), and is stricter in three ways: it
+// rejects duplicate keys and unknown keys inside a tensor entry (the reference silently ignores
+// them), and dims above INT64_MAX.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace graphcheck::safetensors {
+
+// Element types. Names follow the safetensors header spelling (dtype_name); E8M0 is spelled
+// "F8_E8M0" in headers, as the reference implementation writes it.
+enum class Dtype {
+  F64,
+  F32,
+  F16,
+  BF16,
+  I64,
+  I32,
+  I16,
+  I8,
+  U64,
+  U32,
+  U16,
+  U8,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2,
+  E8M0
+};
+
+// Every Dtype, in declaration order.
+[[nodiscard]] const std::vector<Dtype>& all_dtypes();
+
+// The header spelling: "F32", "BF16", "F8_E4M3", "F8_E8M0" for E8M0.
+[[nodiscard]] std::string_view dtype_name(Dtype dtype);
+
+// Inverse of dtype_name (exact, case-sensitive match); nullopt for anything else.
+[[nodiscard]] std::optional<Dtype> parse_dtype(std::string_view name);
+
+// Bytes per element (BOOL and the 8-bit float types take one byte).
+[[nodiscard]] std::size_t dtype_size(Dtype dtype);
+
+// Product of the dims, or nullopt when a dim is negative or the product overflows int64.
+// An empty shape is a scalar (1 element); a 0 anywhere gives 0 elements.
+[[nodiscard]] std::optional<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape);
+
+// Thrown by File::open and write. Every message names the file and the problem and, where it
+// helps, the tensor and what to do about it.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One tensor of an opened file, as declared by the header and validated by File::open.
+struct TensorInfo {
+  std::string name;
+  Dtype dtype = Dtype::F32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0;  // byte offsets relative to the start of the data section
+  std::uint64_t end = 0;
+
+  [[nodiscard]] std::uint64_t nbytes() const { return end - begin; }
+  // Number of elements (1 for a scalar). Throws Error when the shape is invalid, which cannot
+  // happen for a TensorInfo that came from File.
+  [[nodiscard]] std::int64_t numel() const;
+};
+
+// A read-only memory map (POSIX mmap) of a validated safetensors file, unmapped in the
+// destructor. move-only.
+//
+// tensors() lists the tensors sorted by data offset (ties, which only zero-size tensors can have,
+// broken by name), i.e. in the order their bytes appear in the file. This is the order the
+// reference implementation validates in; it does not depend on the header's key order.
+class File {
+ public:
+  // Maps and validates the file; throws Error naming the path and the problem.
+  static File open(const std::string& path);
+
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  ~File();
+
+  [[nodiscard]] const std::string& path() const { return m_path; }
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const { return m_tensors; }
+  // nullptr when no tensor has that name.
+  [[nodiscard]] const TensorInfo* find(std::string_view name) const;
+  // The "__metadata__" map; empty when the header has none.
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const { return m_metadata; }
+  // Pointer to the tensor's first byte inside the map; valid while this File lives. The pointer
+  // is only as aligned as the file makes it (files from write() keep every tensor aligned to its
+  // element size; other writers may not): read through memcpy when in doubt. Throws Error when
+  // info's byte range does not lie inside this file's data section.
+  [[nodiscard]] const std::byte* data(const TensorInfo& info) const;
+  [[nodiscard]] std::uint64_t file_size() const { return m_file_size; }
+  // Size of the JSON header (N) and the offset of the data section (8 + N) in the file.
+  [[nodiscard]] std::uint64_t header_size() const { return m_data_offset - 8; }
+  [[nodiscard]] std::uint64_t data_offset() const { return m_data_offset; }
+
+ private:
+  File() = default;
+  void release() noexcept;
+
+  std::string m_path;
+  std::vector<TensorInfo> m_tensors;
+  std::map<std::string, std::size_t, std::less<>> m_index;  // name -> position in m_tensors
+  std::map<std::string, std::string> m_metadata;
+  const std::byte* m_map = nullptr;
+  std::uint64_t m_file_size = 0;
+  std::uint64_t m_data_offset = 0;
+};
+
+// A tensor to write: borrowed bytes, little-endian, contiguous.
+struct TensorView {
+  std::string name;
+  Dtype dtype = Dtype::F32;
+  std::vector<std::int64_t> shape;
+  const void* data = nullptr;
+  std::size_t nbytes = 0;
+};
+
+// Writes a safetensors file atomically: the bytes go to a temporary file in the same directory,
+// which is then renamed over path, so readers never see a partial file.
+//
+// Checks, each an Error naming path and the tensor: names non-empty, unique and not
+// "__metadata__"; dims non-negative; numel * dtype_size == nbytes without overflow; data non-null
+// when nbytes > 0.
+//
+// Layout: metadata first in the header, then tensors in data order. The data is ordered by
+// element size, largest first (stable: tensors of equal element size keep the caller's order),
+// and the header is padded with spaces so that the data section starts 8-byte aligned; together
+// these keep every tensor aligned to its element size in the file, as the reference writer does.
+void write(const std::string& path, const std::vector<TensorView>& tensors,
+           const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace graphcheck::safetensors

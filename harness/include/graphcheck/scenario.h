@@ -1,0 +1,60 @@
+#pragma once
+// Scenario files (YAML), parsed and validated strictly: unknown keys, wrong types, unknown
+// fixtures, mutations or probes are ScenarioErrors carrying file:line:column. Torch-free.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "graphcheck/config.h"
+
+namespace graphcheck {
+
+class ScenarioError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class LoadFormat { checkpoint, dummy };
+[[nodiscard]] const char* to_string(LoadFormat format);
+
+struct RefitSpec {
+  std::uint64_t seed = 0;
+  std::vector<std::string> only;  // name prefixes streamed in this refit; empty: every tensor
+  std::string where;              // file:line:column of the cycle
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  std::string file;
+  std::string fixture;
+  ModelConfig config;
+  LoadFormat load = LoadFormat::checkpoint;
+  std::string checkpoint;  // optional: load this file instead of a synthesized checkpoint
+  std::uint64_t seed = 1;  // seed of the initial checkpoint and inputs
+  std::vector<std::int64_t> batch_sizes;
+  std::vector<RefitSpec> cycles;
+  std::vector<std::string> checks;  // probe names (expanded from `all`)
+  std::map<std::string, std::vector<std::string>> mutations;  // mutation -> catching probes
+};
+
+// The names a scenario may refer to. Supplied by the caller so that parsing stays torch-free.
+struct ScenarioCatalog {
+  std::vector<std::string> fixtures;
+  std::vector<std::string> probes;
+  std::function<bool(const std::string&)> is_mutation;
+};
+
+// Parses and validates one file. Throws ScenarioError ("file:line:col: message").
+[[nodiscard]] Scenario parse_scenario_file(const std::string& path, const ScenarioCatalog& catalog);
+
+// Expands files and directories (every *.yaml / *.yml below, sorted) into scenario file paths.
+// Throws ScenarioError for a path that does not exist.
+[[nodiscard]] std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths);
+
+}  // namespace graphcheck

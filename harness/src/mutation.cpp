@@ -1,0 +1,57 @@
+#include "graphcheck/mutation.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace graphcheck::mutation {
+namespace {
+
+std::map<std::string, Info, std::less<>>& registry() {
+  static std::map<std::string, Info, std::less<>> entries;
+  return entries;
+}
+
+thread_local const std::set<std::string>* t_enabled = nullptr;
+
+}  // namespace
+
+bool add(std::string name, std::string owner, std::string description) {
+  auto& entries = registry();
+  if (entries.count(name)) {
+    std::fprintf(stderr, "graphcheck: mutation '%s' is registered twice; give it one owner\n",
+                 name.c_str());
+    std::abort();
+  }
+  Info info{name, std::move(owner), std::move(description)};
+  entries.emplace(std::move(name), std::move(info));
+  return true;
+}
+
+const Info* find(std::string_view name) {
+  auto& entries = registry();
+  auto it = entries.find(name);
+  return it == entries.end() ? nullptr : &it->second;
+}
+
+std::vector<Info> all() {
+  std::vector<Info> infos;
+  for (const auto& [name, info] : registry()) infos.push_back(info);
+  return infos;
+}
+
+bool enabled(std::string_view name) {
+  if (!t_enabled) return false;
+  for (const auto& n : *t_enabled) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+Scope::Scope(std::set<std::string> names) : m_names(std::move(names)), m_previous(t_enabled) {
+  t_enabled = &m_names;
+}
+
+Scope::~Scope() { t_enabled = m_previous; }
+
+}  // namespace graphcheck::mutation

@@ -1,0 +1,34 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "graphcheck/probe.h"
+
+namespace graphcheck {
+
+ProbeRegistry& ProbeRegistry::get() {
+  static ProbeRegistry registry;
+  return registry;
+}
+
+bool ProbeRegistry::add(std::string name, std::string description, ProbeFactory factory) {
+  if (m_entries.count(name)) {
+    std::fprintf(stderr, "graphcheck: probe '%s' is registered twice\n", name.c_str());
+    std::abort();
+  }
+  auto entry = std::make_unique<Entry>(Entry{name, std::move(description), std::move(factory)});
+  m_entries.emplace(std::move(name), std::move(entry));
+  return true;
+}
+
+const ProbeRegistry::Entry* ProbeRegistry::find(const std::string& name) const {
+  auto it = m_entries.find(name);
+  return it == m_entries.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> ProbeRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : m_entries) out.push_back(name);
+  return out;
+}
+
+}  // namespace graphcheck

@@ -1,0 +1,143 @@
+// replay_diff: the root oracle. After every replay, replay(A) vs eager(A) vs eager(B), where B is
+// a fresh model loaded in one go with the weights A should hold. replay != eager(A): the graph
+// reads stale memory. eager(A) != eager(B): A's own state is wrong (a missed hook, a load into a
+// stale tensor). The tolerance comes from the noise floor measured at the first replay (before
+// any refit), never below the backend's own minimum (0 for the emulated backend).
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "graphcheck/probe.h"
+#include "tensor_format.h"
+
+namespace graphcheck {
+namespace {
+
+constexpr double kNoiseMultiple = 4.0;
+
+struct Diff {
+  double max_abs = 0;
+  double max_rel = 0;  // max_abs / max |reference|
+  std::int64_t mismatches = 0;
+  std::int64_t first_index = -1;
+};
+
+// NaN on one side only counts as an infinite difference.
+Diff diff(const torch::Tensor& a, const torch::Tensor& b, double tolerance) {
+  Diff d;
+  torch::Tensor x = a.to(torch::kFloat64).flatten();
+  torch::Tensor y = b.to(torch::kFloat64).flatten();
+  torch::Tensor delta = (x - y).abs();
+  torch::Tensor nan_mismatch = x.isnan().logical_xor(y.isnan());
+  delta = torch::where(nan_mismatch, torch::full_like(delta, INFINITY), delta.nan_to_num(0.0));
+  if (delta.numel() == 0) return d;
+  d.max_abs = delta.max().item<double>();
+  const double scale = y.abs().nan_to_num(0.0).max().item<double>();
+  d.max_rel = scale > 0 ? d.max_abs / scale : d.max_abs;
+  torch::Tensor bad = delta > tolerance;
+  d.mismatches = bad.sum().item<std::int64_t>();
+  if (d.mismatches > 0) d.first_index = bad.nonzero()[0][0].item<std::int64_t>();
+  return d;
+}
+
+class ReplayDiffProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "replay_diff"; }
+
+  void on_compare_end(RunContext& ctx, const CompareEvent& e) override {
+    const std::int64_t b = e.batch_size;
+    const std::string when =
+        e.cycle == 0 ? std::string("after the initial load") : fmt::format("after refit cycle {}", e.cycle);
+    if (e.replay_output.sizes() != e.eager_output.sizes()) {
+      report(ctx, e, "replay vs eager(A)",
+             fmt::format("replay output has shape {} but eager(A) gives {} at batch size {} {}",
+                         shape_string(e.replay_output.sizes()),
+                         shape_string(e.eager_output.sizes()), b, when),
+             {});
+      return;
+    }
+    if (e.cycle == 0 && !m_noise.count(b)) {
+      m_noise[b] = diff(e.replay_output, e.eager_output, 0).max_abs;
+    }
+    const double noise = m_noise.count(b) ? m_noise[b] : 0.0;
+    const double tolerance = std::max(ctx.backend().min_tolerance(), kNoiseMultiple * noise);
+
+    torch::Tensor eager_b;
+    {
+      torch::NoGradGuard no_grad;
+      eager_b = ctx.reference_model().forward(e.input);
+    }
+    const Diff replay_vs_a = diff(e.replay_output, e.eager_output, tolerance);
+    const Diff a_vs_b = eager_b.sizes() == e.eager_output.sizes()
+                            ? diff(e.eager_output, eager_b, tolerance)
+                            : Diff{INFINITY, INFINITY, e.eager_output.numel(), 0};
+
+    measure(ctx, e, "gc/replay_diff/noise_floor", noise);
+    measure(ctx, e, "gc/replay_diff/tolerance", tolerance);
+    measure(ctx, e, "gc/replay_diff/replay_vs_eager_a/max_abs", replay_vs_a.max_abs);
+    measure(ctx, e, "gc/replay_diff/eager_a_vs_eager_b/max_abs", a_vs_b.max_abs);
+
+    const auto verdict = [](const Diff& d) { return d.mismatches > 0 ? "≠" : "="; };
+    const std::string summary = fmt::format("replay(A) {} eager(A) (max abs {:.6g}), eager(A) {} eager(B) (max abs {:.6g})",
+                                            verdict(replay_vs_a), replay_vs_a.max_abs,
+                                            verdict(a_vs_b), a_vs_b.max_abs);
+    if (replay_vs_a.mismatches > 0) {
+      report(ctx, e, "replay vs eager(A)",
+             fmt::format("{} at batch size {} {}: the captured graph reads stale memory (a tensor "
+                         "it baked in was replaced instead of updated in place)",
+                         summary, b, when),
+             {{"max_abs", fmt::format("{:.6g}", replay_vs_a.max_abs)},
+              {"max_rel", fmt::format("{:.6g}", replay_vs_a.max_rel)},
+              {"mismatched_elements", std::to_string(replay_vs_a.mismatches)},
+              {"first_mismatch_index", std::to_string(replay_vs_a.first_index)},
+              {"tolerance", fmt::format("{:.6g}", tolerance)},
+              {"eager_a_vs_eager_b", verdict(a_vs_b)}});
+    }
+    if (a_vs_b.mismatches > 0) {
+      report(ctx, e, "eager(A) vs eager(B)",
+             fmt::format("{} at batch size {} {}: model A's own state is wrong (a hook did not "
+                         "run, or weights were loaded into a stale tensor)",
+                         summary, b, when),
+             {{"max_abs", fmt::format("{:.6g}", a_vs_b.max_abs)},
+              {"max_rel", fmt::format("{:.6g}", a_vs_b.max_rel)},
+              {"mismatched_elements", std::to_string(a_vs_b.mismatches)},
+              {"tolerance", fmt::format("{:.6g}", tolerance)},
+              {"replay_vs_eager_a", verdict(replay_vs_a)}});
+    }
+  }
+
+ private:
+  static void measure(RunContext& ctx, const CompareEvent& e, std::string tag, double value) {
+    Measurement m;
+    m.tag = std::move(tag);
+    m.value = value;
+    m.unit = "abs";
+    m.cycle = e.cycle;
+    m.batch_size = e.batch_size;
+    ctx.add_measurement(std::move(m));
+  }
+
+  static void report(RunContext& ctx, const CompareEvent& e, std::string subject,
+                     std::string message, std::vector<std::pair<std::string, std::string>> evidence) {
+    Finding f;
+    f.probe = "replay_diff";
+    f.cycle = e.cycle;
+    f.batch_size = e.batch_size;
+    f.subject = std::move(subject);
+    f.message = std::move(message);
+    f.evidence = std::move(evidence);
+    ctx.add_finding(std::move(f));
+  }
+
+  std::map<std::int64_t, double> m_noise;
+};
+
+}  // namespace
+
+GRAPHCHECK_REGISTER_PROBE("replay_diff",
+                          "replay(A) vs eager(A) vs eager(B) after every capture and refit",
+                          ReplayDiffProbe);
+
+}  // namespace graphcheck

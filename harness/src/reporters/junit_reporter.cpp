@@ -1,0 +1,95 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+
+#include "graphcheck/reporter.h"
+
+namespace graphcheck {
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') {
+          out += ' ';  // not allowed in XML 1.0
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string junit_report(const RunRecord& run) {
+  std::map<std::string, std::vector<const ScenarioRecord*>> by_file;
+  for (const auto& r : run.scenarios) by_file[r.file].push_back(&r);
+
+  std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  xml += fmt::format(
+      "<testsuites name=\"graphcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      run.scenarios.size(), run.count(Status::failed),
+      run.count(Status::error) + run.count(Status::crashed), run.count(Status::skipped), run.seconds);
+  for (const auto& [file, records] : by_file) {
+    int failures = 0, errors = 0, skipped = 0;
+    double seconds = 0;
+    for (const auto* r : records) {
+      failures += r->status == Status::failed;
+      errors += r->status == Status::error || r->status == Status::crashed;
+      skipped += r->status == Status::skipped;
+      seconds += r->seconds;
+    }
+    xml += fmt::format(
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+        "time=\"{:.3f}\">\n",
+        xml_escape(file), records.size(), failures, errors, skipped, seconds);
+    for (const auto* r : records) {
+      std::string name = r->name;
+      if (!r->mutations.empty()) name += " [" + fmt::format("{}", fmt::join(r->mutations, ",")) + "]";
+      xml += fmt::format("    <testcase classname=\"graphcheck.{}\" name=\"{}\" time=\"{:.3f}\"",
+                         xml_escape(r->fixture), xml_escape(name), r->seconds);
+      if (r->status == Status::passed) {
+        xml += "/>\n";
+        continue;
+      }
+      xml += ">\n";
+      if (r->status == Status::failed) {
+        std::string body;
+        for (const auto& f : r->findings) {
+          body += fmt::format("[{}] {} (phase {}, cycle {}): {}\n", f.probe, f.subject, f.phase,
+                              f.cycle, f.message);
+          for (const auto& [k, v] : f.evidence) body += fmt::format("  {}: {}\n", k, v);
+        }
+        const std::string first = r->findings.empty() ? "failed" : r->findings.front().message;
+        xml += fmt::format("      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+                           xml_escape(first),
+                           r->findings.empty() ? "check" : xml_escape(r->findings.front().probe),
+                           xml_escape(body));
+      } else if (r->status == Status::skipped) {
+        xml += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r->reason));
+      } else {
+        xml += fmt::format("      <error message=\"{}\" type=\"{}\">{}</error>\n",
+                           xml_escape(r->reason), to_string(r->status), xml_escape(r->reason));
+      }
+      xml += "    </testcase>\n";
+    }
+    xml += "  </testsuite>\n";
+  }
+  xml += "</testsuites>\n";
+  return xml;
+}
+
+void JunitReporter::on_run_done(const RunRecord& run) { write_file_atomically(m_path, junit_report(run)); }
+
+}  // namespace graphcheck

@@ -1,0 +1,628 @@
+#include "graphcheck/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+#include <utility>
+
+// Note [Safetensors validation]
+// File::open rejects, each with an Error that names the file:
+//   - files shorter than the 8-byte size prefix (truncated);
+//   - a header size over k_max_header_size (the reference's own cap, 100 MB) or past the end of
+//     the file;
+//   - a header that is not valid UTF-8 JSON, holds a NUL byte, nests deeper than 128 levels (as
+//     serde_json, which the reference uses), is not an object, or repeats a key at any level;
+//   - "__metadata__" that is not an object of strings (null is accepted as "no metadata", as the
+//     reference does);
+//   - tensor entries that are not objects, miss or add keys besides dtype/shape/data_offsets, or
+//     hold values of the wrong type;
+//   - unknown dtypes, negative dims, shapes whose element or byte count overflows;
+//   - begin > end, end past the data section, end - begin != numel * dtype_size;
+//   - tensors that overlap, holes between tensors, and data bytes after the last tensor.
+// The last point matches the reference implementation, which sorts tensors by data_offsets and
+// requires each to begin exactly where the previous one ended, the first at 0 and the last to end
+// at the end of the file. Because of that, no valid file has padding between tensors; writers
+// keep tensors aligned by ordering them instead (see write()).
+//
+// The reference ignores unknown keys inside a tensor entry and, for tensor names, keeps the last
+// of duplicated keys; graphcheck rejects both, since either means the writer was confused. It also
+// rejects dims above INT64_MAX (shapes are int64 here), which the reference would accept only
+// alongside a 0 dim. A randomized differential run (mutated headers of the reference folder's
+// overall.safetensors, checked against safetensors 0.8.0's deserialize) found no other
+// disagreement.
+
+namespace graphcheck::safetensors {
+namespace {
+
+constexpr std::uint64_t k_prefix_size = 8;
+constexpr std::uint64_t k_max_header_size = 100'000'000;
+constexpr std::string_view k_metadata_key = "__metadata__";
+constexpr int k_max_nesting = 128;
+
+struct DtypeEntry {
+  Dtype dtype;
+  std::string_view name;
+  std::size_t size;
+};
+
+constexpr DtypeEntry k_dtypes[] = {
+    {Dtype::F64, "F64", 8},      {Dtype::F32, "F32", 4},         {Dtype::F16, "F16", 2},
+    {Dtype::BF16, "BF16", 2},    {Dtype::I64, "I64", 8},         {Dtype::I32, "I32", 4},
+    {Dtype::I16, "I16", 2},      {Dtype::I8, "I8", 1},           {Dtype::U64, "U64", 8},
+    {Dtype::U32, "U32", 4},      {Dtype::U16, "U16", 2},         {Dtype::U8, "U8", 1},
+    {Dtype::BOOL, "BOOL", 1},    {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::F8_E5M2, "F8_E5M2", 1},
+    {Dtype::E8M0, "F8_E8M0", 1},
+};
+
+const DtypeEntry& entry_of(Dtype dtype) {
+  for (const DtypeEntry& entry : k_dtypes) {
+    if (entry.dtype == dtype) return entry;
+  }
+  throw Error("safetensors: invalid Dtype value " + std::to_string(static_cast<int>(dtype)));
+}
+
+std::string known_dtype_list() {
+  std::string out;
+  for (const DtypeEntry& entry : k_dtypes) {
+    if (!out.empty()) out += ", ";
+    out += entry.name;
+  }
+  return out;
+}
+
+std::string format_shape(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i != 0) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+// A JSON value for an error message, cut short when long.
+std::string excerpt(const nlohmann::ordered_json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  constexpr std::size_t k_max = 160;
+  if (text.size() > k_max) text = text.substr(0, k_max) + "...";
+  return text;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw Error("safetensors file '" + path + "': " + problem);
+}
+
+std::string tensor_label(const std::string& name) { return "tensor '" + name + "'"; }
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Closes a file descriptor on scope exit.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) : m_fd(fd) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  ~FdGuard() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  [[nodiscard]] int get() const { return m_fd; }
+  // Closes now and reports close()'s errno (0 on success).
+  int close_now() {
+    const int fd = std::exchange(m_fd, -1);
+    return fd >= 0 && ::close(fd) != 0 ? errno : 0;
+  }
+
+ private:
+  int m_fd;
+};
+
+std::uint64_t read_le64(const std::byte* p) {
+  std::uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | std::to_integer<std::uint64_t>(p[i]);
+  return value;
+}
+
+void put_le64(std::string& out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+using Json = nlohmann::ordered_json;
+
+// Parses the header text, rejecting duplicate keys at any nesting level (nlohmann keeps the last
+// silently).
+Json parse_header(const std::string& path, const char* begin, const char* end) {
+  std::vector<std::set<std::string>> keys_by_depth;
+  std::string duplicate;
+  const Json::parser_callback_t callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    // The callback's depth is the number of enclosing containers: an object that starts at depth
+    // d reports its keys at depth d + 1.
+    const auto level = static_cast<std::size_t>(depth);
+    if (event == Json::parse_event_t::object_start) {
+      if (keys_by_depth.size() <= level + 1) keys_by_depth.resize(level + 2);
+      keys_by_depth[level + 1].clear();
+    } else if (event == Json::parse_event_t::key && duplicate.empty()) {
+      if (keys_by_depth.size() <= level) keys_by_depth.resize(level + 1);
+      std::string key = parsed.get<std::string>();
+      if (!keys_by_depth[level].insert(key).second) {
+        if (level == 1 && key != k_metadata_key) {
+          duplicate = tensor_label(key) + " is declared twice in the header (duplicate name)";
+        } else {
+          duplicate = "key '" + key + "' appears twice in one object of the header (duplicate key)";
+        }
+      }
+    }
+    return true;
+  };
+  // nlohmann's lexer stops at a NUL byte as if the input ended there; JSON text never holds a raw
+  // NUL, and the reference rejects NUL padding, so catch it first.
+  if (const void* nul = std::memchr(begin, '\0', static_cast<std::size_t>(end - begin))) {
+    fail(path, "header is not valid JSON: NUL byte at header offset " +
+                   std::to_string(static_cast<const char*>(nul) - begin) +
+                   " (headers are padded with spaces, never NULs): the file is corrupt or not a "
+                   "safetensors file");
+  }
+  // serde_json, which the reference uses, refuses nesting deeper than 128 levels. Check that
+  // before parsing: nlohmann would build a DOM (and this function a key set) for every level.
+  int nesting = 0;
+  bool in_string = false;
+  for (const char* p = begin; p != end; ++p) {
+    if (in_string) {
+      if (*p == '\\') {
+        if (p + 1 != end) ++p;
+      } else if (*p == '"') {
+        in_string = false;
+      }
+    } else if (*p == '"') {
+      in_string = true;
+    } else if (*p == '{' || *p == '[') {
+      if (++nesting > k_max_nesting) {
+        fail(path, "header nests objects/arrays deeper than " + std::to_string(k_max_nesting) +
+                       " levels (a valid header needs 3): the file is corrupt or not a "
+                       "safetensors file");
+      }
+    } else if (*p == '}' || *p == ']') {
+      --nesting;
+    }
+  }
+  Json header;
+  try {
+    header = Json::parse(begin, end, callback);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, "header is not valid JSON (" + std::string(e.what()) +
+                   "): the file is corrupt or not a safetensors file");
+  }
+  if (!duplicate.empty()) {
+    fail(path, duplicate + ": every key may appear once; rewrite the file with unique names");
+  }
+  return header;
+}
+
+void parse_metadata(const std::string& path, const Json& value,
+                    std::map<std::string, std::string>& out) {
+  if (value.is_null()) return;  // the reference accepts null as "no metadata"
+  if (!value.is_object()) {
+    fail(path, "\"__metadata__\" must be an object of string -> string, got a " +
+                   std::string(value.type_name()) + ": " + excerpt(value));
+  }
+  for (const auto& [key, item] : value.items()) {
+    if (!item.is_string()) {
+      fail(path, "\"__metadata__\" entry '" + key + "' has a non-string metadata value (a " +
+                     std::string(item.type_name()) + ": " + excerpt(item) +
+                     "); metadata values must be strings");
+    }
+    out.emplace(key, item.get<std::string>());
+  }
+}
+
+TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
+                       std::uint64_t data_size) {
+  const std::string label = tensor_label(name);
+  if (!entry.is_object()) {
+    fail(path,
+         label + ": header entry is not an object but a " + std::string(entry.type_name()) + " (" +
+             excerpt(entry) +
+             "); expected {\"dtype\": ..., \"shape\": [...], \"data_offsets\": [begin, end]}");
+  }
+  for (const auto& [key, item] : entry.items()) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      fail(path, label + ": unexpected key '" + key +
+                     "' in header entry; only dtype, shape and data_offsets are allowed");
+    }
+  }
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(key)) {
+      fail(path, label + ": header entry is missing key '" + key + "' (" + excerpt(entry) + ")");
+    }
+  }
+
+  TensorInfo info;
+  info.name = name;
+
+  const Json& dtype = entry["dtype"];
+  if (!dtype.is_string()) {
+    fail(path, label + ": \"dtype\" must be a string, got " + excerpt(dtype));
+  }
+  const auto parsed = parse_dtype(dtype.get<std::string>());
+  if (!parsed) {
+    fail(path, label + ": unknown dtype '" + dtype.get<std::string>() + "'; known dtypes are " +
+                   known_dtype_list());
+  }
+  info.dtype = *parsed;
+
+  const Json& shape = entry["shape"];
+  if (!shape.is_array()) {
+    fail(path,
+         label + ": \"shape\" must be an array of non-negative integers, got " + excerpt(shape));
+  }
+  for (const Json& dim : shape) {
+    if (dim.is_number_unsigned()) {
+      const auto value = dim.get<std::uint64_t>();
+      if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        fail(path, label + ": shape " + excerpt(shape) + " has a dim too large for int64 " +
+                       "(shape product overflow)");
+      }
+      info.shape.push_back(static_cast<std::int64_t>(value));
+    } else if (dim.is_number_integer()) {
+      fail(path, label + ": shape " + excerpt(shape) + " has a negative dim " +
+                     std::to_string(dim.get<std::int64_t>()) + "; dims must be >= 0");
+    } else {
+      fail(path,
+           label + ": \"shape\" must be an array of non-negative integers, got " + excerpt(shape));
+    }
+  }
+
+  const Json& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_integer() ||
+      !offsets[1].is_number_integer()) {
+    fail(path, label + ": \"data_offsets\" must be an array of two non-negative integers " +
+                   "[begin, end], got " + excerpt(offsets));
+  }
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+    fail(path, label + ": \"data_offsets\" " + excerpt(offsets) + " holds a negative offset");
+  }
+  info.begin = offsets[0].get<std::uint64_t>();
+  info.end = offsets[1].get<std::uint64_t>();
+
+  const auto numel = checked_numel(info.shape);
+  std::uint64_t expected = 0;
+  if (!numel ||
+      __builtin_mul_overflow(static_cast<std::uint64_t>(*numel),
+                             static_cast<std::uint64_t>(dtype_size(info.dtype)), &expected)) {
+    fail(path,
+         label + ": shape " + format_shape(info.shape) + " of " +
+             std::string(dtype_name(info.dtype)) +
+             " has an element count or byte size too large for 64-bit arithmetic (shape product "
+             "overflow); the header is corrupt");
+  }
+  const std::string range =
+      "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
+  if (info.begin > info.end) {
+    fail(path, label + ": " + range + " are reversed (begin > end)");
+  }
+  if (info.end - info.begin != expected) {
+    fail(path, label + ": shape/byte-size mismatch: shape " + format_shape(info.shape) + " of " +
+                   std::string(dtype_name(info.dtype)) + " needs " + std::to_string(expected) +
+                   " bytes but " + range + " span " + std::to_string(info.end - info.begin) +
+                   " bytes");
+  }
+  if (info.end > data_size) {
+    fail(path, label + ": " + range + " are out of range: the data section holds only " +
+                   std::to_string(data_size) +
+                   " bytes; the file is most likely truncated (an interrupted write or copy), " +
+                   "so write or copy it again");
+  }
+  return info;
+}
+
+}  // namespace
+
+const std::vector<Dtype>& all_dtypes() {
+  static const std::vector<Dtype> dtypes = [] {
+    std::vector<Dtype> out;
+    for (const DtypeEntry& entry : k_dtypes) out.push_back(entry.dtype);
+    return out;
+  }();
+  return dtypes;
+}
+
+std::string_view dtype_name(Dtype dtype) { return entry_of(dtype).name; }
+
+std::optional<Dtype> parse_dtype(std::string_view name) {
+  for (const DtypeEntry& entry : k_dtypes) {
+    if (entry.name == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+std::size_t dtype_size(Dtype dtype) { return entry_of(dtype).size; }
+
+std::optional<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t numel = 1;
+  for (const std::int64_t dim : shape) {
+    if (dim < 0 || __builtin_mul_overflow(numel, dim, &numel)) return std::nullopt;
+  }
+  return numel;
+}
+
+std::int64_t TensorInfo::numel() const {
+  const auto numel = checked_numel(shape);
+  if (!numel) {
+    throw Error("safetensors: " + tensor_label(name) + " has invalid shape " + format_shape(shape) +
+                " (negative dim or element count overflow)");
+  }
+  return *numel;
+}
+
+File::File(File&& other) noexcept
+    : m_path(std::move(other.m_path)),
+      m_tensors(std::move(other.m_tensors)),
+      m_index(std::move(other.m_index)),
+      m_metadata(std::move(other.m_metadata)),
+      m_map(std::exchange(other.m_map, nullptr)),
+      m_file_size(std::exchange(other.m_file_size, 0)),
+      m_data_offset(std::exchange(other.m_data_offset, 0)) {}
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    release();
+    m_path = std::move(other.m_path);
+    m_tensors = std::move(other.m_tensors);
+    m_index = std::move(other.m_index);
+    m_metadata = std::move(other.m_metadata);
+    m_map = std::exchange(other.m_map, nullptr);
+    m_file_size = std::exchange(other.m_file_size, 0);
+    m_data_offset = std::exchange(other.m_data_offset, 0);
+  }
+  return *this;
+}
+
+File::~File() { release(); }
+
+void File::release() noexcept {
+  if (m_map != nullptr) {
+    ::munmap(const_cast<std::byte*>(m_map), static_cast<std::size_t>(m_file_size));
+    m_map = nullptr;
+  }
+}
+
+File File::open(const std::string& path) {
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open for reading: " + errno_text(errno));
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size < k_prefix_size) {
+    fail(path, "file is " + std::to_string(size) +
+                   " bytes, shorter than the 8-byte header-size prefix: it is truncated or not a "
+                   "safetensors file");
+  }
+
+  File file;
+  file.m_path = path;
+  void* map = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (map == MAP_FAILED)
+    fail(path, "cannot mmap " + std::to_string(size) + " bytes: " + errno_text(errno));
+  file.m_map = static_cast<const std::byte*>(map);  // unmapped by ~File from here on
+  file.m_file_size = size;
+  fd.close_now();
+
+  const std::uint64_t header_size = read_le64(file.m_map);
+  if (header_size > k_max_header_size) {
+    fail(path, "header size " + std::to_string(header_size) + " is absurdly large (over the " +
+                   std::to_string(k_max_header_size) +
+                   "-byte cap on safetensors headers): the file is corrupt or not a safetensors "
+                   "file");
+  }
+  if (header_size > size - k_prefix_size) {
+    fail(path, "header size " + std::to_string(header_size) + " runs past the end of the file (" +
+                   std::to_string(size) +
+                   " bytes): the file is truncated or not a safetensors "
+                   "file");
+  }
+  file.m_data_offset = k_prefix_size + header_size;
+  const std::uint64_t data_size = size - file.m_data_offset;
+
+  const auto* text = reinterpret_cast<const char*>(file.m_map + k_prefix_size);
+  const Json header = parse_header(path, text, text + header_size);
+  if (!header.is_object()) {
+    fail(path,
+         "header is not a JSON object but a " + std::string(header.type_name()) +
+             "; expected {\"name\": {\"dtype\": ..., \"shape\": ..., \"data_offsets\": ...}}");
+  }
+
+  for (const auto& [key, value] : header.items()) {
+    if (key == k_metadata_key) {
+      parse_metadata(path, value, file.m_metadata);
+    } else {
+      file.m_tensors.push_back(parse_entry(path, key, value, data_size));
+    }
+  }
+
+  std::sort(file.m_tensors.begin(), file.m_tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+  std::uint64_t covered = 0;  // end of the previous tensor
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& info : file.m_tensors) {
+    if (info.begin < covered) {
+      fail(path, tensor_label(info.name) + " (bytes [" + std::to_string(info.begin) + ", " +
+                     std::to_string(info.end) + ")) overlaps " + tensor_label(previous->name) +
+                     " (bytes [" + std::to_string(previous->begin) + ", " +
+                     std::to_string(previous->end) + ")): overlapping tensors are not allowed");
+    }
+    if (info.begin > covered) {
+      fail(path, "hole of " + std::to_string(info.begin - covered) + " bytes in the data section " +
+                     "before " + tensor_label(info.name) + " (bytes [" + std::to_string(covered) +
+                     ", " + std::to_string(info.begin) +
+                     ") belong to no tensor): tensors must be packed back to back from offset 0, "
+                     "as the reference implementation requires");
+    }
+    covered = info.end;
+    previous = &info;
+  }
+  if (covered != data_size) {
+    fail(path, std::to_string(data_size - covered) + " trailing bytes after the last tensor are " +
+                   "not covered by any tensor (data section is " + std::to_string(data_size) +
+                   " bytes, tensors end at " + std::to_string(covered) +
+                   "): the header and data disagree; rewrite the file");
+  }
+
+  for (std::size_t i = 0; i < file.m_tensors.size(); ++i) {
+    // parse_header already rejected duplicate keys; this is a second guard.
+    if (!file.m_index.emplace(file.m_tensors[i].name, i).second) {
+      fail(path, tensor_label(file.m_tensors[i].name) + " is declared twice (duplicate name)");
+    }
+  }
+  return file;
+}
+
+const TensorInfo* File::find(std::string_view name) const {
+  const auto it = m_index.find(name);
+  return it == m_index.end() ? nullptr : &m_tensors[it->second];
+}
+
+const std::byte* File::data(const TensorInfo& info) const {
+  const std::uint64_t data_size = m_file_size - m_data_offset;
+  if (m_map == nullptr || info.begin > info.end || info.end > data_size) {
+    fail(m_path, tensor_label(info.name) + " byte range [" + std::to_string(info.begin) + ", " +
+                     std::to_string(info.end) + ") is outside this file's " +
+                     std::to_string(data_size) +
+                     "-byte data section; pass a TensorInfo obtained from this File");
+  }
+  return m_map + m_data_offset + info.begin;
+}
+
+void write(const std::string& path, const std::vector<TensorView>& tensors,
+           const std::map<std::string, std::string>& metadata) {
+  std::set<std::string_view> names;
+  for (const TensorView& tensor : tensors) {
+    const std::string label = tensor_label(tensor.name);
+    if (tensor.name.empty()) fail(path, "cannot write a tensor with an empty name");
+    if (tensor.name == k_metadata_key) {
+      fail(path,
+           "cannot write a tensor named \"__metadata__\": the name is reserved for the "
+           "metadata map; rename the tensor");
+    }
+    if (!names.insert(tensor.name).second) {
+      fail(path, "cannot write " + label + " twice (duplicate name); names must be unique");
+    }
+    (void)dtype_size(tensor.dtype);  // throws for an out-of-range enum value
+    const auto numel = checked_numel(tensor.shape);
+    if (!numel) {
+      fail(path, "cannot write " + label + ": shape " + format_shape(tensor.shape) +
+                     " has a negative dim or its element count overflows");
+    }
+    std::uint64_t expected = 0;
+    if (__builtin_mul_overflow(static_cast<std::uint64_t>(*numel),
+                               static_cast<std::uint64_t>(dtype_size(tensor.dtype)), &expected) ||
+        expected != tensor.nbytes) {
+      fail(path, "cannot write " + label + ": shape " + format_shape(tensor.shape) + " of " +
+                     std::string(dtype_name(tensor.dtype)) + " needs numel * dtype_size = " +
+                     std::to_string(*numel) + " * " + std::to_string(dtype_size(tensor.dtype)) +
+                     " bytes but nbytes is " + std::to_string(tensor.nbytes));
+    }
+    if (tensor.nbytes > 0 && tensor.data == nullptr) {
+      fail(path, "cannot write " + label + ": data is null but nbytes is " +
+                     std::to_string(tensor.nbytes));
+    }
+  }
+
+  // Largest element size first keeps every tensor aligned to its element size (all sizes are
+  // powers of two and the data section starts 8-byte aligned).
+  std::vector<const TensorView*> order;
+  order.reserve(tensors.size());
+  for (const TensorView& tensor : tensors) order.push_back(&tensor);
+  std::stable_sort(order.begin(), order.end(), [](const TensorView* a, const TensorView* b) {
+    return dtype_size(a->dtype) > dtype_size(b->dtype);
+  });
+
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    header[std::string(k_metadata_key)] = std::move(meta);
+  }
+  std::uint64_t offset = 0;
+  for (const TensorView* tensor : order) {
+    Json entry = Json::object();
+    entry["dtype"] = std::string(dtype_name(tensor->dtype));
+    entry["shape"] = tensor->shape;
+    entry["data_offsets"] = {offset, offset + tensor->nbytes};
+    header[tensor->name] = std::move(entry);
+    offset += tensor->nbytes;
+  }
+  std::string prefix;
+  try {
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
+    put_le64(prefix, text.size());
+    prefix += text;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, "cannot encode the header (" + std::string(e.what()) +
+                   "): tensor names and metadata must be valid UTF-8");
+  }
+
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  static std::atomic<unsigned> counter{0};
+  std::string temp;
+  int raw_fd = -1;
+  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
+    temp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+                   std::to_string(counter.fetch_add(1))))
+               .string();
+    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (raw_fd < 0 && errno != EEXIST) break;
+  }
+  if (raw_fd < 0) {
+    fail(path, "cannot create temporary file '" + temp + "': " + errno_text(errno) +
+                   " (does the directory exist and is it writable?)");
+  }
+  FdGuard fd(raw_fd);
+  bool committed = false;
+  struct Cleanup {
+    const std::string& temp;
+    const bool& committed;
+    ~Cleanup() {
+      if (!committed) ::unlink(temp.c_str());
+    }
+  } cleanup{temp, committed};
+
+  const auto write_all = [&](const void* data, std::size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ::ssize_t written = ::write(fd.get(), p, std::min<std::size_t>(n, 1u << 30));
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        fail(path, "cannot write temporary file '" + temp + "': " + errno_text(errno));
+      }
+      p += written;
+      n -= static_cast<std::size_t>(written);
+    }
+  };
+  write_all(prefix.data(), prefix.size());
+  for (const TensorView* tensor : order) write_all(tensor->data, tensor->nbytes);
+  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + temp + "': " + errno_text(errno));
+  if (const int err = fd.close_now(); err != 0) {
+    fail(path, "cannot close '" + temp + "': " + errno_text(err));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    fail(path, "cannot rename temporary file '" + temp + "' into place: " + errno_text(errno));
+  }
+  committed = true;
+}
+
+}  // namespace graphcheck::safetensors

@@ -1,0 +1,300 @@
+#include "graphcheck/scenario.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+namespace graphcheck {
+
+const char* to_string(LoadFormat format) {
+  return format == LoadFormat::checkpoint ? "checkpoint" : "dummy";
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = 3;  // suggest only close matches
+  for (const auto& c : candidates) {
+    std::size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
+}
+
+class Parser {
+ public:
+  Parser(std::string path, const ScenarioCatalog& catalog)
+      : m_path(std::move(path)), m_catalog(catalog) {}
+
+  Scenario parse() {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(m_path);
+    } catch (const YAML::BadFile&) {
+      throw ScenarioError(fmt::format("{}: cannot read the scenario file: check the path", m_path));
+    } catch (const YAML::ParserException& e) {
+      throw ScenarioError(fmt::format("{}: invalid YAML: {}", where(e.mark), e.msg));
+    }
+    if (!root.IsMap()) fail(root, "a scenario file must be a mapping of keys (scenario:, model:, ...)");
+    check_keys(root, "scenario file",
+               {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
+                "cycles", "checks", "mutations"});
+
+    Scenario s;
+    s.file = m_path;
+    s.name = required_string(root, "scenario", "scenario file");
+    if (s.name.empty() || s.name.find_first_of("/\\ \t") != std::string::npos) {
+      fail(root["scenario"], "the scenario name must be non-empty, without slashes or spaces");
+    }
+    if (root["description"]) s.description = scalar_string(root["description"], "description");
+
+    const YAML::Node model = required(root, "model", "scenario file");
+    if (!model.IsMap()) fail(model, "'model' must be a mapping: {fixture: NAME, config: {...}}");
+    check_keys(model, "model", {"fixture", "config"});
+    s.fixture = required_string(model, "fixture", "model");
+    if (std::find(m_catalog.fixtures.begin(), m_catalog.fixtures.end(), s.fixture) ==
+        m_catalog.fixtures.end()) {
+      fail(model["fixture"], fmt::format("unknown fixture '{}'{}: known fixtures are {}", s.fixture,
+                                         suggestion(s.fixture, m_catalog.fixtures),
+                                         fmt::join(m_catalog.fixtures, ", ")));
+    }
+    if (const YAML::Node config = model["config"]) {
+      if (!config.IsMap()) fail(config, "'model.config' must be a mapping of key: scalar");
+      for (const auto& kv : config) {
+        const std::string key = kv.first.as<std::string>();
+        if (!kv.second.IsScalar()) fail(kv.second, fmt::format("config key '{}' must be a scalar", key));
+        s.config.set(key, config_value(kv.second), where(kv.second.Mark()));
+      }
+    }
+
+    if (const YAML::Node load = root["load"]) {
+      const std::string format = scalar_string(load, "load");
+      if (format == "checkpoint") {
+        s.load = LoadFormat::checkpoint;
+      } else if (format == "dummy") {
+        fail(load, "load format 'dummy' is not supported by this version of graphcheck yet: use "
+                   "'checkpoint'");
+      } else {
+        fail(load, fmt::format("unknown load format '{}': use checkpoint or dummy", format));
+      }
+    }
+    if (const YAML::Node checkpoint = root["checkpoint"]) {
+      std::string path = scalar_string(checkpoint, "checkpoint");
+      fs::path p(path);
+      if (p.is_relative()) p = fs::path(m_path).parent_path() / p;
+      s.checkpoint = p.lexically_normal().string();
+    }
+    if (const YAML::Node seed = root["seed"]) s.seed = unsigned_int(seed, "seed");
+
+    const YAML::Node capture = required(root, "capture", "scenario file");
+    if (!capture.IsMap()) fail(capture, "'capture' must be a mapping: {batch_sizes: [1, 4]}");
+    check_keys(capture, "capture", {"batch_sizes"});
+    const YAML::Node sizes = required(capture, "batch_sizes", "capture");
+    if (!sizes.IsSequence() || sizes.size() == 0) {
+      fail(sizes, "'capture.batch_sizes' must be a non-empty list of positive integers");
+    }
+    for (const auto& b : sizes) {
+      const std::uint64_t v = unsigned_int(b, "batch size");
+      if (v == 0 || v > (1u << 20)) fail(b, "a batch size must be between 1 and 1048576");
+      if (std::count(s.batch_sizes.begin(), s.batch_sizes.end(), static_cast<std::int64_t>(v))) {
+        fail(b, fmt::format("batch size {} is listed twice", v));
+      }
+      s.batch_sizes.push_back(static_cast<std::int64_t>(v));
+    }
+
+    if (const YAML::Node cycles = root["cycles"]) {
+      if (!cycles.IsSequence()) fail(cycles, "'cycles' must be a list of - refit: {seed: N}");
+      for (const auto& cycle : cycles) {
+        if (!cycle.IsMap()) fail(cycle, "each cycle must be a mapping: - refit: {seed: N}");
+        check_keys(cycle, "cycle", {"refit"});
+        const YAML::Node refit = required(cycle, "refit", "cycle");
+        if (!refit.IsMap()) fail(refit, "'refit' must be a mapping: {seed: N, only: [prefix]}");
+        check_keys(refit, "refit", {"seed", "only"});
+        RefitSpec spec;
+        spec.where = where(cycle.Mark());
+        spec.seed = unsigned_int(required(refit, "seed", "refit"), "refit seed");
+        if (const YAML::Node only = refit["only"]) {
+          if (!only.IsSequence() || only.size() == 0) {
+            fail(only, "'only' must be a non-empty list of tensor-name prefixes");
+          }
+          for (const auto& prefix : only) spec.only.push_back(scalar_string(prefix, "prefix"));
+        }
+        s.cycles.push_back(std::move(spec));
+      }
+    }
+
+    const YAML::Node checks = root["checks"];
+    if (!checks || (checks.IsScalar() && checks.Scalar() == "all")) {
+      s.checks = m_catalog.probes;
+    } else if (checks.IsSequence()) {
+      for (const auto& c : checks) s.checks.push_back(probe_name(c));
+    } else {
+      fail(checks, "'checks' must be 'all' or a list of probe names");
+    }
+
+    if (const YAML::Node mutations = root["mutations"]) {
+      if (!mutations.IsMap()) {
+        fail(mutations, "'mutations' must map each mutation to the probes that must catch it");
+      }
+      for (const auto& kv : mutations) {
+        const std::string name = kv.first.as<std::string>();
+        if (!m_catalog.is_mutation || !m_catalog.is_mutation(name)) {
+          fail(kv.first, fmt::format("unknown mutation '{}': `graphcheck list` shows them", name));
+        }
+        if (!kv.second.IsSequence() || kv.second.size() == 0) {
+          fail(kv.second, fmt::format("mutation '{}' must list the probes that catch it: [address]",
+                                      name));
+        }
+        std::vector<std::string> probes;
+        for (const auto& p : kv.second) {
+          std::string probe = probe_name(p);
+          if (std::find(s.checks.begin(), s.checks.end(), probe) == s.checks.end()) {
+            fail(p, fmt::format("probe '{}' must catch mutation '{}' but is not in this "
+                                "scenario's checks: add it to 'checks'",
+                                probe, name));
+          }
+          probes.push_back(std::move(probe));
+        }
+        s.mutations[name] = std::move(probes);
+      }
+    }
+    return s;
+  }
+
+ private:
+  std::string where(const YAML::Mark& mark) const {
+    if (mark.is_null()) return m_path;
+    return fmt::format("{}:{}:{}", m_path, mark.line + 1, mark.column + 1);
+  }
+
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& message) const {
+    throw ScenarioError(fmt::format("{}: {}", where(node.Mark()), message));
+  }
+
+  void check_keys(const YAML::Node& map, const std::string& context,
+                  const std::vector<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      if (!kv.first.IsScalar()) fail(kv.first, fmt::format("keys in {} must be strings", context));
+      const std::string key = kv.first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        fail(kv.first, fmt::format("unknown key '{}' in {}{}: allowed keys are {}", key, context,
+                                   suggestion(key, allowed), fmt::join(allowed, ", ")));
+      }
+    }
+  }
+
+  YAML::Node required(const YAML::Node& map, const std::string& key, const std::string& context) const {
+    YAML::Node node = map[key];
+    if (!node || node.IsNull()) fail(map, fmt::format("missing required key '{}' in {}", key, context));
+    return node;
+  }
+
+  std::string required_string(const YAML::Node& map, const std::string& key,
+                              const std::string& context) const {
+    return scalar_string(required(map, key, context), key);
+  }
+
+  std::string scalar_string(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsScalar()) fail(node, fmt::format("'{}' must be a string", what));
+    return node.Scalar();
+  }
+
+  std::uint64_t unsigned_int(const YAML::Node& node, const std::string& what) const {
+    if (node.IsScalar()) {
+      const std::string& text = node.Scalar();
+      if (!text.empty() && std::all_of(text.begin(), text.end(), ::isdigit) && text.size() < 20) {
+        return std::stoull(text);
+      }
+    }
+    fail(node, fmt::format("{} must be a non-negative integer, got '{}'", what,
+                           node.IsScalar() ? node.Scalar() : std::string("a non-scalar")));
+  }
+
+  std::string probe_name(const YAML::Node& node) const {
+    std::string name = scalar_string(node, "probe");
+    if (std::find(m_catalog.probes.begin(), m_catalog.probes.end(), name) == m_catalog.probes.end()) {
+      fail(node, fmt::format("unknown probe '{}'{}: known probes are {}", name,
+                             suggestion(name, m_catalog.probes), fmt::join(m_catalog.probes, ", ")));
+    }
+    return name;
+  }
+
+  static ModelConfig::Value config_value(const YAML::Node& node) {
+    const std::string& text = node.Scalar();
+    if (node.Tag() == "!") return text;  // quoted: always a string
+    if (text == "true" || text == "True") return true;
+    if (text == "false" || text == "False") return false;
+    try {
+      std::size_t used = 0;
+      long long i = std::stoll(text, &used);
+      if (used == text.size()) return static_cast<std::int64_t>(i);
+    } catch (...) {
+    }
+    try {
+      std::size_t used = 0;
+      double d = std::stod(text, &used);
+      if (used == text.size()) return d;
+    } catch (...) {
+    }
+    return text;
+  }
+
+  std::string m_path;
+  const ScenarioCatalog& m_catalog;
+};
+
+}  // namespace
+
+Scenario parse_scenario_file(const std::string& path, const ScenarioCatalog& catalog) {
+  return Parser(path, catalog).parse();
+}
+
+std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::recursive_directory_iterator(path)) {
+        const auto ext = entry.path().extension();
+        if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
+          found.push_back(entry.path().string());
+        }
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(path, ec)) {
+      files.push_back(path);
+    } else {
+      throw ScenarioError(fmt::format("{}: no such scenario file or directory", path));
+    }
+  }
+  return files;
+}
+
+}  // namespace graphcheck

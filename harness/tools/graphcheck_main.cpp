@@ -1,0 +1,360 @@
+// graphcheck CLI: run scenarios, list what this binary knows, inspect checkpoints.
+// Exit codes: 0 all passed, 1 a check failed, 2 bad usage / scenario / checkpoint, 3 harness failure.
+
+#include <fnmatch.h>
+#include <xxhash.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "graphcheck/driver.h"
+#include "graphcheck/model.h"
+#include "graphcheck/mutation.h"
+#include "graphcheck/probe.h"
+#include "graphcheck/reporter.h"
+#include "graphcheck/safetensors.h"
+#include "graphcheck/scenario.h"
+
+namespace gc = graphcheck;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kExitPassed = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitHarness = 3;
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// ---- run ----------------------------------------------------------------------------------
+
+struct RunArgs {
+  std::vector<std::string> paths;
+  std::string filter;
+  std::string backend = "auto";
+  std::vector<std::string> mutations;
+  std::optional<std::uint64_t> seed;
+  std::string report_dir = "reports/out";
+  std::string json;
+  std::string junit;
+  bool verbose = false;
+};
+
+std::vector<gc::Scenario> load_scenarios(const std::vector<std::string>& paths, bool& ok) {
+  ok = true;
+  std::vector<gc::Scenario> scenarios;
+  std::vector<std::string> files;
+  try {
+    files = gc::collect_scenario_files(paths);
+  } catch (const gc::ScenarioError& e) {
+    fmt::print(stderr, "graphcheck: {}\n", e.what());
+    ok = false;
+    return {};
+  }
+  if (files.empty()) {
+    fmt::print(stderr, "graphcheck: no scenario files (*.yaml) under {}\n", fmt::join(paths, ", "));
+    ok = false;
+    return {};
+  }
+  const gc::ScenarioCatalog catalog = gc::default_catalog();
+  for (const auto& file : files) {
+    try {
+      scenarios.push_back(gc::parse_scenario_file(file, catalog));
+    } catch (const gc::ScenarioError& e) {
+      fmt::print(stderr, "graphcheck: {}\n", e.what());
+      ok = false;
+    }
+  }
+  return scenarios;
+}
+
+int cmd_run(const RunArgs& args) {
+  bool ok = true;
+  std::vector<std::string> paths = args.paths.empty() ? std::vector<std::string>{"scenarios"} : args.paths;
+  std::vector<gc::Scenario> scenarios = load_scenarios(paths, ok);
+  if (!ok) return kExitUsage;
+  for (const auto& name : args.mutations) {
+    if (!gc::mutation::find(name)) {
+      std::vector<std::string> names;
+      for (const auto& m : gc::mutation::all()) names.push_back(m.name);
+      fmt::print(stderr, "graphcheck: unknown mutation '{}': known mutations are {}\n", name,
+                 fmt::join(names, ", "));
+      return kExitUsage;
+    }
+  }
+  if (!args.filter.empty()) {
+    std::vector<gc::Scenario> kept;
+    for (auto& s : scenarios) {
+      if (fnmatch(args.filter.c_str(), s.name.c_str(), 0) == 0) kept.push_back(std::move(s));
+    }
+    if (kept.empty()) {
+      fmt::print(stderr, "graphcheck: --filter '{}' matches no scenario\n", args.filter);
+      return kExitUsage;
+    }
+    scenarios = std::move(kept);
+  }
+
+  gc::ReporterMux reporters;
+  reporters.add(std::make_unique<gc::ConsoleReporter>(std::cout, args.verbose));
+  const std::string json = args.json.empty() ? (fs::path(args.report_dir) / "graphcheck.json").string() : args.json;
+  const std::string junit = args.junit.empty() ? (fs::path(args.report_dir) / "junit.xml").string() : args.junit;
+  reporters.add(std::make_unique<gc::JsonReporter>(json));
+  reporters.add(std::make_unique<gc::JunitReporter>(junit));
+
+  gc::RunRecord run;
+  run.tool_version = GRAPHCHECK_VERSION;
+  run.started_at = now_iso8601();
+  const auto start = std::chrono::steady_clock::now();
+  int runnable = 0;
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    const gc::Scenario& s = scenarios[i];
+    reporters.on_scenario_start(s, static_cast<int>(i), static_cast<int>(scenarios.size()));
+    gc::RunOptions options;
+    options.backend = args.backend;
+    options.seed = args.seed;
+    options.work_dir = (fs::path(args.report_dir) / "work").string();
+    std::string not_applicable;
+    for (const auto& name : args.mutations) {
+      const gc::mutation::Info* info = gc::mutation::find(name);
+      if (info->owner != "driver" && info->owner != s.fixture) {
+        not_applicable = fmt::format("mutation '{}' belongs to fixture '{}', not '{}'", name,
+                                     info->owner, s.fixture);
+      }
+      options.mutations.insert(name);
+    }
+    gc::ScenarioRecord record;
+    if (!not_applicable.empty()) {
+      record.name = s.name;
+      record.file = s.file;
+      record.fixture = s.fixture;
+      record.mutations = args.mutations;
+      record.status = gc::Status::skipped;
+      record.reason = "skipped: " + not_applicable;
+    } else {
+      ++runnable;
+      record = gc::run_scenario(s, options, &reporters);
+    }
+    reporters.on_scenario_done(record);
+    run.scenarios.push_back(std::move(record));
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // With mutations on: say whether the probes each scenario declares caught them.
+  for (const auto& r : run.scenarios) {
+    if (r.status == gc::Status::skipped) continue;
+    for (const auto& name : r.mutations) {
+      auto it = r.expected_catches.find(name);
+      if (it == r.expected_catches.end()) {
+        fmt::print("mutation {} on {}: not declared by the scenario; failed probes: {}\n", name,
+                   r.name, fmt::join(r.failed_probes(), ", "));
+        continue;
+      }
+      std::vector<std::string> missed;
+      for (const auto& p : it->second) {
+        if (!r.failed_probes().count(p)) missed.push_back(p);
+      }
+      fmt::print("mutation {} on {}: {}\n", name, r.name,
+                 missed.empty() ? fmt::format("caught by {}", fmt::join(it->second, ", "))
+                                : fmt::format("NOT caught by declared probe(s) {}", fmt::join(missed, ", ")));
+    }
+  }
+  try {
+    reporters.on_run_done(run);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
+    return kExitHarness;
+  }
+  fmt::print("reports: {} {}\n", json, junit);
+  if (runnable == 0) {
+    fmt::print(stderr, "graphcheck: no scenario could run with the mutations given\n");
+    return kExitUsage;
+  }
+  return run.exit_code();
+}
+
+// ---- list ---------------------------------------------------------------------------------
+
+int cmd_list(const std::vector<std::string>& paths) {
+  fmt::print("fixtures:\n");
+  for (const auto& name : gc::ModelRegistry::get().names()) fmt::print("  {}\n", name);
+  fmt::print("probes:\n");
+  for (const auto& name : gc::ProbeRegistry::get().names()) {
+    fmt::print("  {:<14} {}\n", name, gc::ProbeRegistry::get().find(name)->description);
+  }
+  fmt::print("mutations:\n");
+  for (const auto& m : gc::mutation::all()) {
+    fmt::print("  {:<28} [{}] {}\n", m.name, m.owner, m.description);
+  }
+  std::vector<std::string> where = paths;
+  if (where.empty() && fs::is_directory("scenarios")) where = {"scenarios"};
+  if (where.empty()) return kExitPassed;
+  bool ok = true;
+  auto scenarios = load_scenarios(where, ok);
+  fmt::print("scenarios:\n");
+  for (const auto& s : scenarios) {
+    fmt::print("  {:<28} {:<10} {}\n", s.name, s.fixture, s.file);
+    for (const auto& [m, probes] : s.mutations) {
+      fmt::print("      mutation {} -> {}\n", m, fmt::join(probes, ", "));
+    }
+  }
+  return ok ? kExitPassed : kExitUsage;
+}
+
+// ---- inspect ------------------------------------------------------------------------------
+
+double half_to_double(std::uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+  double v;
+  if (exp == 0) v = std::ldexp(frac, -24);
+  else if (exp == 31) v = frac ? NAN : INFINITY;
+  else v = std::ldexp(1024 + frac, exp - 25);
+  return sign ? -v : v;
+}
+
+double minifloat_to_double(std::uint8_t b, int exp_bits, int man_bits, int bias, bool e4m3fn) {
+  const int sign = b >> 7;
+  const int exp = (b >> man_bits) & ((1 << exp_bits) - 1);
+  const int man = b & ((1 << man_bits) - 1);
+  double v;
+  if (e4m3fn && exp == 0xf && man == 0x7) return NAN;
+  if (!e4m3fn && exp == (1 << exp_bits) - 1) return man ? NAN : (sign ? -INFINITY : INFINITY);
+  if (exp == 0) v = std::ldexp(man, 1 - bias - man_bits);
+  else v = std::ldexp((1 << man_bits) + man, exp - bias - man_bits);
+  return sign ? -v : v;
+}
+
+std::string value_at(const std::byte* p, gc::safetensors::Dtype dtype, std::int64_t i) {
+  using D = gc::safetensors::Dtype;
+  auto load = [&](auto tag) {
+    decltype(tag) v;
+    std::memcpy(&v, p + i * sizeof v, sizeof v);
+    return v;
+  };
+  switch (dtype) {
+    case D::F64: return fmt::format("{:g}", load(double{}));
+    case D::F32: return fmt::format("{:g}", load(float{}));
+    case D::F16: return fmt::format("{:g}", half_to_double(load(std::uint16_t{})));
+    case D::BF16: {
+      std::uint32_t bits = static_cast<std::uint32_t>(load(std::uint16_t{})) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return fmt::format("{:g}", f);
+    }
+    case D::I64: return fmt::format("{}", load(std::int64_t{}));
+    case D::I32: return fmt::format("{}", load(std::int32_t{}));
+    case D::I16: return fmt::format("{}", load(std::int16_t{}));
+    case D::I8: return fmt::format("{}", load(std::int8_t{}));
+    case D::U64: return fmt::format("{}", load(std::uint64_t{}));
+    case D::U32: return fmt::format("{}", load(std::uint32_t{}));
+    case D::U16: return fmt::format("{}", load(std::uint16_t{}));
+    case D::U8: return fmt::format("{}", load(std::uint8_t{}));
+    case D::BOOL: return load(std::uint8_t{}) ? "true" : "false";
+    case D::F8_E4M3: return fmt::format("{:g}", minifloat_to_double(load(std::uint8_t{}), 4, 3, 7, true));
+    case D::F8_E5M2: return fmt::format("{:g}", minifloat_to_double(load(std::uint8_t{}), 5, 2, 15, false));
+    case D::E8M0: {
+      std::uint8_t e = load(std::uint8_t{});
+      return e == 0xff ? "nan" : fmt::format("{:g}", std::ldexp(1.0, e - 127));
+    }
+  }
+  return "?";
+}
+
+int cmd_inspect(const std::vector<std::string>& files, int values) {
+  int rc = kExitPassed;
+  for (const auto& path : files) {
+    try {
+      const auto file = gc::safetensors::File::open(path);
+      fmt::print("{}: {} tensors, {} bytes\n", path, file.tensors().size(), file.file_size());
+      for (const auto& [k, v] : file.metadata()) fmt::print("  metadata {} = {}\n", k, v);
+      fmt::print("  {:<40} {:<8} {:<16} {:>12}  {:<18} {}\n", "name", "dtype", "shape", "bytes",
+                 "xxh3-64", "first values");
+      for (const auto& t : file.tensors()) {
+        const std::byte* data = file.data(t);
+        const std::uint64_t hash = XXH3_64bits(data, t.nbytes());
+        std::vector<std::string> first;
+        for (std::int64_t i = 0; i < std::min<std::int64_t>(values, t.numel()); ++i) {
+          first.push_back(value_at(data, t.dtype, i));
+        }
+        fmt::print("  {:<40} {:<8} {:<16} {:>12}  {:016x}  [{}{}]\n", t.name,
+                   gc::safetensors::dtype_name(t.dtype), fmt::format("[{}]", fmt::join(t.shape, ", ")),
+                   t.nbytes(), hash, fmt::join(first, ", "), t.numel() > values ? ", ..." : "");
+      }
+    } catch (const gc::safetensors::Error& e) {
+      fmt::print(stderr, "graphcheck inspect: {}\n", e.what());
+      rc = kExitUsage;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "graphcheck: drives load -> PWAL -> graph capture -> replay -> refit -> replay cycles from "
+      "scenario files and proves that captured graphs still read the live weights.\n"
+      "Exit codes: 0 all passed, 1 a check failed, 2 bad usage/scenario/checkpoint, 3 harness "
+      "failure."};
+  app.require_subcommand(1);
+
+  RunArgs run_args;
+  CLI::App* run = app.add_subcommand("run", "Run scenario files (default: scenarios/)");
+  run->add_option("paths", run_args.paths, "Scenario files or directories");
+  run->add_option("--filter", run_args.filter, "Only scenarios whose name matches this glob");
+  run->add_option("--backend", run_args.backend, "Graph backend: auto, emulated or cuda")
+      ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
+  run->add_option("--mutation", run_args.mutations,
+                  "Enable a mutation (repeatable): re-introduces a known bug; see `graphcheck list`");
+  run->add_option("--seed", run_args.seed, "Replace each scenario's seed");
+  run->add_option("--report-dir", run_args.report_dir, "Where reports and generated checkpoints go")
+      ->capture_default_str();
+  run->add_option("--json", run_args.json, "JSON report path (default REPORT_DIR/graphcheck.json)");
+  run->add_option("--junit", run_args.junit, "JUnit XML path (default REPORT_DIR/junit.xml)");
+  run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
+
+  std::vector<std::string> list_paths;
+  CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");
+  list->add_option("paths", list_paths, "Scenario files or directories (default: scenarios/)");
+
+  std::vector<std::string> inspect_files;
+  int inspect_values = 6;
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Show the tensors of safetensors files: dtype, shape, bytes, fingerprint, values");
+  inspect->add_option("files", inspect_files, "safetensors files")->required();
+  inspect->add_option("--values", inspect_values, "How many leading values to show per tensor")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  try {
+    if (*run) return cmd_run(run_args);
+    if (*list) return cmd_list(list_paths);
+    if (*inspect) return cmd_inspect(inspect_files, inspect_values);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck: internal error: {}\n", e.what());
+    return kExitHarness;
+  }
+  return kExitUsage;
+}
