@@ -1,1 +1,244 @@
+// Event order: a recording probe against the expected list (begin events in probe order, end
+// events in reverse), and model failures becoming failed checks.
+
 #include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "graphcheck/driver.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+#include "graphcheck_test_config.h"
+
+namespace graphcheck {
+namespace {
+
+class RecordingProbe final : public Probe {
+ public:
+  RecordingProbe(std::string id, std::vector<std::string>& log) : m_id(std::move(id)), m_log(log) {}
+  [[nodiscard]] std::string name() const override { return "recording"; }
+
+  void on_scenario_begin(RunContext&) override { add("scenario_begin"); }
+  void on_construct_begin(RunContext&, const PhaseEvent& e) override { add("construct_begin", e); }
+  void on_construct_end(RunContext&, const PhaseEvent& e) override { add("construct_end", e); }
+  void on_load_begin(RunContext&, const LoadEvent& e) override { add("load_begin", e); }
+  void on_load_end(RunContext&, const LoadEvent& e) override {
+    add(fmt::format("load_end[{} tensors]", e.loaded.size()), e);
+  }
+  void on_pwal_begin(RunContext&, const PhaseEvent& e) override { add("pwal_begin", e); }
+  void on_pwal_end(RunContext&, const PhaseEvent& e) override { add("pwal_end", e); }
+  void on_warmup_begin(RunContext&, const PhaseEvent& e) override { add("warmup_begin", e); }
+  void on_warmup_end(RunContext&, const PhaseEvent& e) override { add("warmup_end", e); }
+  void on_capture_begin(RunContext&, const CaptureEvent& e) override { add("capture_begin", e); }
+  void on_capture_end(RunContext&, const CaptureEvent& e) override {
+    add(e.graph ? "capture_end" : "capture_end[no graph]", e);
+  }
+  void on_replay_begin(RunContext&, const ReplayEvent& e) override { add("replay_begin", e); }
+  void on_replay_end(RunContext&, const ReplayEvent& e) override { add("replay_end", e); }
+  void on_compare_begin(RunContext&, const CompareEvent& e) override { add("compare_begin", e); }
+  void on_compare_end(RunContext&, const CompareEvent& e) override { add("compare_end", e); }
+  void on_refit_begin(RunContext&, const PhaseEvent& e) override { add("refit_begin", e); }
+  void on_refit_end(RunContext&, const PhaseEvent& e) override { add("refit_end", e); }
+  void on_hook(RunContext&, const HookEvent& e) override {
+    m_log.push_back(fmt::format("{} hook {} {} in {}@{}", m_id, e.module_path, e.hook,
+                                to_string(e.phase), e.cycle));
+  }
+  void on_scenario_end(RunContext&) override { add("scenario_end"); }
+
+ private:
+  void add(const std::string& what) { m_log.push_back(m_id + " " + what); }
+  void add(const std::string& what, const PhaseEvent& e) {
+    m_log.push_back(fmt::format("{} {} {}@{} b{}", m_id, what, to_string(e.phase), e.cycle, e.batch_size));
+  }
+  std::string m_id;
+  std::vector<std::string>& m_log;
+};
+
+Scenario tiny_scenario(std::vector<std::string> checks = {}) {
+  Scenario s;
+  s.name = "tiny";
+  s.file = "tiny.yaml";
+  s.fixture = "dsv4";
+  s.config.set("layers", std::int64_t{1});
+  s.config.set("hidden", std::int64_t{8});
+  s.config.set("hc_mult", std::int64_t{2});
+  s.batch_sizes = {1, 2};
+  s.cycles = {RefitSpec{2, {}, ""}};
+  s.checks = std::move(checks);
+  return s;
+}
+
+RunOptions options_with(std::vector<Probe*> probes) {
+  RunOptions o;
+  o.work_dir = std::string(GRAPHCHECK_TEST_BINARY_DIR) + "/driver_events_work";
+  o.extra_probes = std::move(probes);
+  return o;
+}
+
+// Expected events for one probe, or for two probes interleaved (begin A B, end B A).
+std::vector<std::string> expected(const std::vector<std::string>& ids) {
+  std::vector<std::string> out;
+  auto begin = [&](const std::string& what) {
+    for (const auto& id : ids) out.push_back(id + " " + what);
+  };
+  auto end = [&](const std::string& what) {
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) out.push_back(*it + " " + what);
+  };
+  begin("scenario_begin");
+  begin("construct_begin construct@0 b0");
+  end("construct_end construct@0 b0");
+  begin("load_begin load@0 b0");
+  end("load_end[3 tensors] load@0 b0");
+  begin("pwal_begin pwal@0 b0");
+  begin("hook layers.0 finalize_mhc_broadcast_weights in pwal@0");
+  end("pwal_end pwal@0 b0");
+  for (int b : {1, 2}) {
+    begin(fmt::format("warmup_begin warmup@0 b{}", b));
+    end(fmt::format("warmup_end warmup@0 b{}", b));
+  }
+  for (int b : {1, 2}) {
+    begin(fmt::format("capture_begin capture@0 b{}", b));
+    end(fmt::format("capture_end capture@0 b{}", b));
+  }
+  for (int cycle : {0, 1}) {
+    if (cycle == 1) {
+      begin("refit_begin refit@1 b0");
+      begin("load_begin load@1 b0");
+      end("load_end[3 tensors] load@1 b0");
+      begin("pwal_begin pwal@1 b0");
+      begin("hook layers.0 finalize_mhc_broadcast_weights in pwal@1");
+      end("pwal_end pwal@1 b0");
+      end("refit_end refit@1 b0");
+    }
+    for (int b : {1, 2}) {
+      begin(fmt::format("replay_begin replay@{} b{}", cycle, b));
+      end(fmt::format("replay_end replay@{} b{}", cycle, b));
+      begin(fmt::format("compare_begin compare@{} b{}", cycle, b));
+      end(fmt::format("compare_end compare@{} b{}", cycle, b));
+    }
+  }
+  begin("scenario_end");
+  return out;
+}
+
+TEST(DriverEvents, OneProbeSeesEveryPhaseInOrder) {
+  std::vector<std::string> log;
+  RecordingProbe probe("A", log);
+  ScenarioRecord r = run_scenario(tiny_scenario(), options_with({&probe}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_EQ(log, expected({"A"}));
+}
+
+TEST(DriverEvents, BeginEventsInProbeOrderEndEventsReversed) {
+  std::vector<std::string> log;
+  RecordingProbe a("A", log), b("B", log);
+  ScenarioRecord r = run_scenario(tiny_scenario(), options_with({&a, &b}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_EQ(log, expected({"A", "B"}));
+}
+
+TEST(DriverEvents, ReferenceModelHooksAreNotReported) {
+  // replay_diff builds model B in every compare phase; B's PWAL hooks must not reach probes.
+  std::vector<std::string> log;
+  RecordingProbe probe("A", log);
+  ScenarioRecord r = run_scenario(tiny_scenario({"replay_diff", "address"}), options_with({&probe}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_EQ(log, expected({"A"}));
+  EXPECT_EQ(r.probes, (std::vector<std::string>{"replay_diff", "address"}));
+}
+
+// ---- failures -------------------------------------------------------------------------------
+
+class ThrowingModel final : public LifecycleModel {
+ public:
+  explicit ThrowingModel(const ModelConfig& c) : m_throw_in(c.get_string("throw_in", "forward")) {
+    m_module.register_parameter("w", torch::zeros({2, 2}));
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    if (m_throw_in == "load") throw std::runtime_error("loader exploded");
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override {
+    if (m_throw_in == "pwal") TORCH_CHECK(false, "transformed weights missing");
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    TORCH_CHECK(m_throw_in != "forward", "forward: weights were never finalized");
+    return torch::matmul(x, m_module.named_parameters()["w"]);
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 2}); }
+
+ private:
+  std::string m_throw_in;
+  torch::nn::Module m_module;
+};
+GRAPHCHECK_REGISTER_MODEL("test_throwing", [](const ModelConfig& c) {
+  return std::make_unique<ThrowingModel>(c);
+});
+
+ScenarioRecord run_throwing(const std::string& where) {
+  Scenario s;
+  s.name = "throwing-" + where;
+  s.file = "throwing.yaml";
+  s.fixture = "test_throwing";
+  s.config.set("throw_in", where, "throwing.yaml:3:5");
+  s.batch_sizes = {1};
+  s.checks = {"replay_diff", "address"};
+  return run_scenario(s, options_with({}));
+}
+
+TEST(DriverFailures, ModelExceptionsBecomeFailedChecksWithPhaseAndMessage) {
+  struct Case {
+    std::string where, phase, text;
+  };
+  for (const Case& c : {Case{"forward", "warmup", "forward: weights were never finalized"},
+                        Case{"pwal", "pwal", "transformed weights missing"},
+                        Case{"load", "load", "loader exploded"}}) {
+    ScenarioRecord r = run_throwing(c.where);
+    EXPECT_EQ(r.status, Status::failed) << c.where << ": " << r.reason;
+    ASSERT_EQ(r.findings.size(), 1u) << c.where;
+    EXPECT_EQ(r.findings[0].probe, "driver");
+    EXPECT_EQ(r.findings[0].phase, c.phase);
+    EXPECT_NE(r.findings[0].message.find(c.text), std::string::npos) << r.findings[0].message;
+  }
+}
+
+TEST(DriverFailures, UnknownConfigKeyIsAUserError) {
+  Scenario s = tiny_scenario();
+  s.config.set("hiden", std::int64_t{8}, "x.yaml:4:30");
+  ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_EQ(r.status, Status::error);
+  EXPECT_NE(r.reason.find("x.yaml:4:30: unknown config key 'hiden'"), std::string::npos) << r.reason;
+}
+
+TEST(DriverFailures, ConfigOutOfRangeIsAUserError) {
+  Scenario s = tiny_scenario();
+  s.config.set("hidden", std::int64_t{0}, "x.yaml:4:30");
+  ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_EQ(r.status, Status::error);
+  EXPECT_NE(r.reason.find("'hidden' = 0 is out of range"), std::string::npos) << r.reason;
+}
+
+TEST(DriverFailures, RefitPrefixMatchingNothingIsAUserError) {
+  Scenario s = tiny_scenario();
+  s.cycles = {RefitSpec{2, {"layers.7."}, ""}};
+  ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_EQ(r.status, Status::error);
+  EXPECT_NE(r.reason.find("layers.7."), std::string::npos) << r.reason;
+}
+
+TEST(DriverFailures, MutationIsScopedToTheScenario) {
+  RunOptions o = options_with({});
+  o.mutations = {"mhc.rebind_broadcast"};
+  ScenarioRecord mutated = run_scenario(tiny_scenario({"address", "replay_diff"}), o);
+  EXPECT_EQ(mutated.status, Status::failed);
+  EXPECT_EQ(mutated.failed_probes(), (std::set<std::string>{"address", "replay_diff"}));
+  EXPECT_FALSE(mutation::enabled("mhc.rebind_broadcast"));
+  ScenarioRecord clean = run_scenario(tiny_scenario({"address", "replay_diff"}), options_with({}));
+  EXPECT_EQ(clean.status, Status::passed);
+  EXPECT_TRUE(clean.findings.empty());
+}
+
+}  // namespace
+}  // namespace graphcheck

@@ -447,8 +447,10 @@ class Driver final : public RunContext, public HookSink {
   void index_modules() {
     m_module_paths.clear();
     m_module_paths[most_derived(m_model.get())] = "(model)";
-    for (const auto& item : m_model->module().named_modules("", /*include_self=*/true)) {
-      m_module_paths[most_derived(item.value().get())] = item.key().empty() ? "(root)" : item.key();
+    // include_self=false: the root module need not live in a shared_ptr.
+    m_module_paths[most_derived(&m_model->module())] = "(root)";
+    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
+      m_module_paths[most_derived(item.value().get())] = item.key();
     }
   }
 
