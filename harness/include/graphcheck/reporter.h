@@ -5,6 +5,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,13 @@ class ConsoleReporter : public Reporter {
   void on_run_done(const RunRecord& run) override;
 
  private:
+  void end_line();
+
   std::ostream& m_out;
   bool m_verbose;
-  std::string m_last_phase;
+  bool m_line_open = false;
+  int m_line_cycle = -1;
+  std::set<std::string> m_line_phases;
 };
 
 // Writes the whole run as JSON (schema: reports/schema/graphcheck-report.schema.json).

@@ -11,25 +11,38 @@ namespace graphcheck {
 ConsoleReporter::ConsoleReporter(std::ostream& out, bool verbose) : m_out(out), m_verbose(verbose) {}
 
 void ConsoleReporter::on_scenario_start(const Scenario& s, int index, int total) {
-  m_last_phase.clear();
+  end_line();
   fmt::print(m_out, "[{}/{}] {} ({})\n", index + 1, total, s.name, s.file);
   m_out.flush();
 }
 
 void ConsoleReporter::on_phase(const std::string& phase, int cycle, std::int64_t batch_size) {
-  // One line per phase kind and cycle; per-batch detail only when verbose.
-  std::string key = fmt::format("{}@{}", phase, cycle);
-  if (!m_verbose && key == m_last_phase) return;
-  m_last_phase = key;
-  if (m_verbose && batch_size > 0) {
-    fmt::print(m_out, "      {} (cycle {}, batch {})\n", phase, cycle, batch_size);
-  } else {
-    fmt::print(m_out, "      {}{}\n", phase, cycle > 0 ? fmt::format(" (refit cycle {})", cycle) : "");
+  if (m_verbose) {
+    fmt::print(m_out, "      {} (cycle {}{})\n", phase, cycle,
+               batch_size > 0 ? fmt::format(", batch {}", batch_size) : "");
+    m_out.flush();
+    return;
   }
+  // One line per cycle listing its phases as they start.
+  if (cycle != m_line_cycle) {
+    if (m_line_open) fmt::print(m_out, "\n");
+    fmt::print(m_out, "      {}:", cycle == 0 ? std::string("initial") : fmt::format("refit {}", cycle));
+    m_line_cycle = cycle;
+    m_line_open = true;
+    m_line_phases.clear();
+  }
+  if (m_line_phases.insert(phase).second) fmt::print(m_out, " {}", phase);
   m_out.flush();
 }
 
+void ConsoleReporter::end_line() {
+  if (m_line_open) fmt::print(m_out, "\n");
+  m_line_open = false;
+  m_line_cycle = -1;
+}
+
 void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
+  end_line();
   fmt::print(m_out, "  => {} {} in {:.2f} s{}\n", r.name, to_string(r.status), r.seconds,
              r.mutations.empty() ? "" : fmt::format(" (mutations: {})", fmt::join(r.mutations, ", ")));
   if (!r.reason.empty()) fmt::print(m_out, "     {}\n", r.reason);
