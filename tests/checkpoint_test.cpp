@@ -1,1 +1,657 @@
+// Unit tests for checkpoints as safetensors files (checkpoint.h) and the model helpers of
+// model.h: load_module_weights, checkpoint_tensors, live_tensors, tensor attributes and the
+// default synthesize_checkpoint.
+#include "graphcheck/checkpoint.h"
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphcheck/model.h"
+#include "graphcheck/safetensors.h"
+#include "torch_compat.h"
+
+namespace graphcheck {
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = safetensors;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+std::string sanitized(std::string name) {
+  std::replace_if(
+      name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
+      '_');
+  return name;
+}
+
+// Gives each test its own empty directory below the system temp directory.
+class CheckpointFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    m_dir = fs::temp_directory_path() /
+            ("graphcheck_checkpoint_test_" + std::to_string(::getpid()) + "_" +
+             sanitized(info->test_suite_name()) + "_" + sanitized(info->name()));
+    fs::remove_all(m_dir);
+    fs::create_directories(m_dir);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(m_dir, ec);
+  }
+  [[nodiscard]] std::string path_of(const std::string& name) const {
+    return (m_dir / name).string();
+  }
+
+  fs::path m_dir;
+};
+
+// Same dtype, same shape, same bytes (in row-major order). Distinguishes -0.0 from 0.0 and
+// compares NaN payloads, which torch::equal cannot.
+::testing::AssertionResult same_bytes(const torch::Tensor& expected, const torch::Tensor& actual) {
+  if (expected.scalar_type() != actual.scalar_type()) {
+    return ::testing::AssertionFailure() << "dtype " << c10::toString(actual.scalar_type())
+                                         << ", expected " << c10::toString(expected.scalar_type());
+  }
+  if (expected.sizes() != actual.sizes()) {
+    return ::testing::AssertionFailure() << "shape " << actual.sizes() << ", expected "
+                                         << expected.sizes();
+  }
+  const torch::Tensor e = expected.contiguous();
+  const torch::Tensor a = actual.contiguous();
+  if (e.nbytes() != 0 && std::memcmp(e.data_ptr(), a.data_ptr(), e.nbytes()) != 0) {
+    return ::testing::AssertionFailure() << "bytes differ";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool is_float8(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Float8_e4m3fn || dtype == c10::ScalarType::Float8_e5m2
+#if GRAPHCHECK_HAS_FLOAT8_E8M0
+         || dtype == c10::ScalarType::Float8_e8m0fnu
+#endif
+      ;
+}
+
+torch::Tensor int64_values(const std::vector<std::int64_t>& values, c10::ScalarType dtype) {
+  return torch::tensor(values, torch::kInt64).to(dtype).reshape({2, 3});
+}
+
+// A small tensor of `dtype` holding the extremes of the type (for 8-bit floats: every byte).
+torch::Tensor sample(c10::ScalarType dtype) {
+  if (is_float8(dtype)) {
+    return torch::arange(0, 256, torch::kInt64).to(torch::kUInt8).reshape({16, 16}).view(dtype);
+  }
+  switch (dtype) {
+    case torch::kBool: return int64_values({1, 0, 0, 1, 1, 0}, dtype);
+    case torch::kUInt8: return int64_values({0, 1, 127, 128, 254, 255}, dtype);
+    case torch::kInt8: return int64_values({-128, -1, 0, 1, 100, 127}, dtype);
+    case torch::kInt16: return int64_values({-32768, -1, 0, 1, 1000, 32767}, dtype);
+    case torch::kInt32:
+      return int64_values({std::numeric_limits<std::int32_t>::min(), -1, 0, 1, 123456789,
+                           std::numeric_limits<std::int32_t>::max()},
+                          dtype);
+    case torch::kInt64:
+      return int64_values({std::numeric_limits<std::int64_t>::min(), -1, 0, 1,
+                           std::int64_t{1} << 40, std::numeric_limits<std::int64_t>::max()},
+                          dtype);
+    default: break;
+  }
+  // Floating types: a negative zero, a subnormal of float64, a value beyond float16's range.
+  return torch::tensor(std::vector<double>{-1.0 / 3.0, -0.0, 1e300, 5e-324, 65504.0, 2.5},
+                       torch::kFloat64)
+      .to(dtype)
+      .reshape({2, 3});
+}
+
+struct DtypeCase {
+  c10::ScalarType dtype;
+  const char* header_name;  // the safetensors spelling
+};
+
+std::ostream& operator<<(std::ostream& out, const DtypeCase& c) {
+  return out << c.header_name << " (" << c10::toString(c.dtype) << ")";
+}
+
+std::vector<DtypeCase> round_trip_cases() {
+  std::vector<DtypeCase> cases = {
+      {torch::kFloat32, "F32"},  {torch::kFloat64, "F64"},
+      {torch::kFloat16, "F16"},  {torch::kBFloat16, "BF16"},
+      {torch::kInt64, "I64"},    {torch::kInt32, "I32"},
+      {torch::kInt16, "I16"},    {torch::kInt8, "I8"},
+      {torch::kUInt8, "U8"},     {torch::kBool, "BOOL"},
+      {c10::ScalarType::Float8_e4m3fn, "F8_E4M3"},
+      {c10::ScalarType::Float8_e5m2, "F8_E5M2"},
+  };
+#if GRAPHCHECK_HAS_FLOAT8_E8M0
+  cases.push_back({c10::ScalarType::Float8_e8m0fnu, "F8_E8M0"});
+#endif
+  return cases;
+}
+
+// Every tensor of a stream, by name; fails the test on a repeated name.
+std::map<std::string, torch::Tensor> drain(WeightStream& stream) {
+  std::map<std::string, torch::Tensor> out;
+  while (auto item = stream.next()) {
+    EXPECT_TRUE(out.emplace(item->name, item->tensor).second) << "streamed twice: " << item->name;
+  }
+  EXPECT_FALSE(stream.next().has_value()) << "an exhausted stream must stay exhausted";
+  return out;
+}
+
+// ---- save_checkpoint -> SafetensorsWeightStream ------------------------------------------------
+
+class CheckpointRoundTrip : public CheckpointFileTest,
+                            public ::testing::WithParamInterface<DtypeCase> {};
+
+TEST_P(CheckpointRoundTrip, KeepsDtypeShapeAndBytes) {
+  const DtypeCase& c = GetParam();
+  const torch::Tensor value = sample(c.dtype);
+  ASSERT_EQ(value.scalar_type(), c.dtype);
+  const std::string path = path_of("t.safetensors");
+  save_checkpoint(path, {{"t", value}});
+
+  SafetensorsWeightStream stream(path);
+  ASSERT_EQ(stream.file().tensors().size(), 1u);
+  EXPECT_EQ(st::dtype_name(stream.file().tensors()[0].dtype), c.header_name);
+  std::optional<NamedTensor> item = stream.next();
+  ASSERT_TRUE(item.has_value());
+  EXPECT_EQ(item->name, "t");
+  EXPECT_TRUE(item->tensor.is_contiguous());
+  EXPECT_TRUE(same_bytes(value, item->tensor));
+  if (!is_float8(c.dtype)) {
+    EXPECT_TRUE(torch::equal(value, item->tensor)) << value << "\n" << item->tensor;
+  }
+  EXPECT_FALSE(stream.next().has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointRoundTrip, ::testing::ValuesIn(round_trip_cases()),
+                         [](const ::testing::TestParamInfo<DtypeCase>& info) {
+                           return std::string(info.param.header_name);
+                         });
+
+TEST_F(CheckpointFileTest, EveryDtypeInOneFileWithMetadata) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& c : round_trip_cases()) {
+    tensors.push_back({std::string("t.") + c.header_name, sample(c.dtype)});
+  }
+  tensors.push_back({"scalar", torch::tensor(3.5, torch::kFloat64).reshape({})});
+  tensors.push_back({"empty", torch::zeros({0, 3}, torch::kFloat32)});
+  const std::string path = path_of("all.safetensors");
+  save_checkpoint(path, tensors, {{"format", "pt"}, {"seed", "1"}});
+
+  SafetensorsWeightStream stream(path);
+  EXPECT_EQ(stream.file().metadata(), (std::map<std::string, std::string>{{"format", "pt"},
+                                                                           {"seed", "1"}}));
+  EXPECT_EQ(stream.source(), "checkpoint '" + path + "'");
+
+  // The stream delivers the tensors in the file's data order.
+  std::vector<std::string> order;
+  std::map<std::string, torch::Tensor> loaded;
+  while (auto item = stream.next()) {
+    order.push_back(item->name);
+    loaded.emplace(item->name, item->tensor);
+  }
+  std::vector<std::string> file_order;
+  for (const auto& info : stream.file().tensors()) file_order.push_back(info.name);
+  EXPECT_EQ(order, file_order);
+
+  ASSERT_EQ(loaded.size(), tensors.size());
+  for (const auto& t : tensors) {
+    SCOPED_TRACE(t.name);
+    ASSERT_EQ(loaded.count(t.name), 1u);
+    EXPECT_TRUE(same_bytes(t.tensor, loaded.at(t.name)));
+  }
+  EXPECT_EQ(loaded.at("scalar").dim(), 0);
+  EXPECT_EQ(loaded.at("scalar").item<double>(), 3.5);
+  EXPECT_EQ(loaded.at("empty").sizes(), c10::IntArrayRef({0, 3}));
+}
+
+TEST_F(CheckpointFileTest, NonContiguousTensorsAreSavedContiguous) {
+  const torch::Tensor base = torch::arange(12, torch::kFloat32).reshape({3, 4});
+  const torch::Tensor before = base.clone();
+  const torch::Tensor transposed = base.t();             // [4, 3], strides [1, 4]
+  const torch::Tensor narrowed = base.narrow(1, 1, 2);  // [3, 2], storage offset 1
+  ASSERT_FALSE(transposed.is_contiguous());
+  ASSERT_FALSE(narrowed.is_contiguous());
+  const std::string path = path_of("views.safetensors");
+  save_checkpoint(path, {{"transposed", transposed}, {"narrowed", narrowed}});
+  EXPECT_TRUE(torch::equal(base, before)) << "saving must not modify the source";
+
+  SafetensorsWeightStream stream(path);
+  // The file's bytes are the row-major order of the logical tensor.
+  for (const auto& [name, view] : {std::pair<std::string, torch::Tensor>{"transposed", transposed},
+                                   {"narrowed", narrowed}}) {
+    SCOPED_TRACE(name);
+    const st::TensorInfo* info = stream.file().find(name);
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->shape, std::vector<std::int64_t>(view.sizes().begin(), view.sizes().end()));
+    const torch::Tensor expected = view.contiguous();
+    ASSERT_EQ(info->nbytes(), static_cast<std::uint64_t>(expected.nbytes()));
+    EXPECT_EQ(std::memcmp(stream.file().data(*info), expected.data_ptr(), expected.nbytes()), 0);
+  }
+  const auto loaded = drain(stream);
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_TRUE(torch::equal(loaded.at("transposed"), transposed));
+  EXPECT_TRUE(torch::equal(loaded.at("narrowed"), narrowed));
+  EXPECT_TRUE(torch::equal(loaded.at("transposed")[1],
+                           torch::tensor({1.0f, 5.0f, 9.0f}, torch::kFloat32)));
+}
+
+TEST_F(CheckpointFileTest, OnlyStreamsTensorsMatchingAPrefix) {
+  const std::string path = path_of("prefix.safetensors");
+  std::vector<NamedTensor> tensors;
+  for (const char* name : {"layers.0.a", "layers.0.b", "layers.1.a", "layers.10.a", "head.w"}) {
+    tensors.push_back({name, torch::ones({2})});
+  }
+  save_checkpoint(path, tensors);
+
+  auto names = [&](std::vector<std::string> only) {
+    SafetensorsWeightStream stream(path, std::move(only));
+    std::set<std::string> out;
+    for (const auto& [name, tensor] : drain(stream)) out.insert(name);
+    return out;
+  };
+  EXPECT_THAT(names({}), ElementsAre("head.w", "layers.0.a", "layers.0.b", "layers.1.a",
+                                     "layers.10.a"));
+  EXPECT_THAT(names({"layers.1."}), ElementsAre("layers.1.a"));
+  EXPECT_THAT(names({"layers.0.", "head."}), ElementsAre("head.w", "layers.0.a", "layers.0.b"));
+  EXPECT_THAT(names({"layers.1"}), ElementsAre("layers.1.a", "layers.10.a"));  // a plain prefix
+  EXPECT_TRUE(names({"nothing."}).empty());
+}
+
+TEST(CheckpointPrefix, MatchesAnyPrefix) {
+  EXPECT_TRUE(matches_any_prefix("layers.0.w", {}));  // no prefixes: everything
+  EXPECT_TRUE(matches_any_prefix("layers.0.w", {"head.", "layers.0."}));
+  EXPECT_TRUE(matches_any_prefix("layers.0.w", {"layers.0.w"}));
+  EXPECT_FALSE(matches_any_prefix("layers.0.w", {"layers.1."}));
+  EXPECT_FALSE(matches_any_prefix("layers", {"layers.0."}));  // prefix longer than the name
+  EXPECT_FALSE(matches_any_prefix("head.w", {"ead."}));
+}
+
+TEST(CheckpointTensorListStream, StreamsInOrderThenStops) {
+  TensorListWeightStream stream({{"a", torch::ones({1})}, {"b", torch::zeros({2})}}, "list 'x'");
+  EXPECT_EQ(stream.source(), "list 'x'");
+  auto first = stream.next();
+  auto second = stream.next();
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->name, "a");
+  EXPECT_EQ(second->name, "b");
+  EXPECT_TRUE(torch::equal(second->tensor, torch::zeros({2})));
+  EXPECT_FALSE(stream.next().has_value());
+}
+
+// ---- dtypes -----------------------------------------------------------------------------------
+
+TEST(CheckpointDtype, EverySafetensorsDtypeRoundTrips) {
+  for (st::Dtype dtype : st::all_dtypes()) {
+    SCOPED_TRACE(std::string(st::dtype_name(dtype)));
+    const c10::ScalarType scalar = to_scalar_type(dtype);
+#if GRAPHCHECK_HAS_FLOAT8_E8M0
+    EXPECT_EQ(to_safetensors_dtype(scalar), dtype);
+#else
+    EXPECT_EQ(to_safetensors_dtype(scalar), dtype == st::Dtype::E8M0 ? st::Dtype::U8 : dtype);
+#endif
+    // Element sizes agree, so the bytes of a file map one to one onto the tensor.
+    EXPECT_EQ(c10::elementSize(scalar), st::dtype_size(dtype));
+  }
+}
+
+TEST(CheckpointDtype, TorchDtypesMapOntoTheExpectedSafetensorsDtypes) {
+  for (const auto& c : round_trip_cases()) {
+    SCOPED_TRACE(c.header_name);
+    const st::Dtype dtype = to_safetensors_dtype(c.dtype);
+    EXPECT_EQ(st::dtype_name(dtype), c.header_name);
+    EXPECT_EQ(to_scalar_type(dtype), c.dtype);
+  }
+  EXPECT_EQ(to_scalar_type(st::Dtype::U16), c10::ScalarType::UInt16);
+  EXPECT_EQ(to_scalar_type(st::Dtype::U32), c10::ScalarType::UInt32);
+  EXPECT_EQ(to_scalar_type(st::Dtype::U64), c10::ScalarType::UInt64);
+}
+
+TEST(CheckpointDtype, UnsupportedDtypeNamesIt) {
+  try {
+    (void)to_safetensors_dtype(torch::kComplexFloat);
+    ADD_FAILURE() << "complex64 has no safetensors dtype";
+  } catch (const st::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ComplexFloat"));
+    EXPECT_THAT(e.what(), HasSubstr("no safetensors equivalent"));
+  }
+}
+
+TEST_F(CheckpointFileTest, SavingAnUnsupportedDtypeThrowsAndWritesNothing) {
+  const std::string path = path_of("complex.safetensors");
+  try {
+    save_checkpoint(path,
+                    {{"ok", torch::ones({2})}, {"c", torch::ones({2}, torch::kComplexFloat)}});
+    ADD_FAILURE() << "saved a complex64 tensor";
+  } catch (const st::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ComplexFloat"));
+  }
+  EXPECT_FALSE(fs::exists(path));
+}
+
+// ---- bad files --------------------------------------------------------------------------------
+
+TEST_F(CheckpointFileTest, TruncatedFileIsRejectedNamingTheFile) {
+  const std::string path = path_of("truncated.safetensors");
+  save_checkpoint(path, {{"w", torch::arange(1000, torch::kFloat32)}, {"b", torch::ones({10})}});
+  ASSERT_NO_THROW(SafetensorsWeightStream{path});
+  fs::resize_file(path, fs::file_size(path) / 2);
+  try {
+    SafetensorsWeightStream stream(path);
+    ADD_FAILURE() << "opened a truncated checkpoint";
+  } catch (const st::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path));
+  }
+}
+
+TEST_F(CheckpointFileTest, MissingFileIsRejectedNamingTheFile) {
+  const std::string path = path_of("missing.safetensors");
+  try {
+    SafetensorsWeightStream stream(path);
+    ADD_FAILURE() << "opened a missing checkpoint";
+  } catch (const st::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path));
+  }
+}
+
+// ---- the model helpers ------------------------------------------------------------------------
+
+// Parameter "w" [2, 3], persistent buffer "b" [3], non-persistent buffer "cache" [4], and a plain
+// member "derived" declared through extra_tensors().
+class TinyModel : public LifecycleModel {
+ public:
+  TinyModel() {
+    m_w = m_module.register_parameter("w", torch::zeros({2, 3}));  // requires_grad: true
+    m_b = m_module.register_buffer("b", torch::zeros({3}));
+    m_cache = m_module.register_buffer("cache", torch::full({4}, 7.0));
+    m_derived = torch::zeros({3});
+    TensorAttrs attrs;
+    attrs.persistent = false;
+    tensor_attributes().set(m_cache, attrs);
+  }
+
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& input) override { return input.matmul(m_w) + m_b; }
+  torch::Tensor make_input(std::int64_t batch_size, std::uint64_t seed) override {
+    return torch::full({batch_size, 2}, static_cast<double>(seed));
+  }
+  std::vector<NamedTensor> extra_tensors() override { return {{"derived", m_derived}}; }
+
+  torch::nn::Module m_module;
+  torch::Tensor m_w;
+  torch::Tensor m_b;
+  torch::Tensor m_cache;
+  torch::Tensor m_derived;
+};
+
+// A nested module with integer and bool buffers, for synthesize_checkpoint.
+class MixedModel : public LifecycleModel {
+ public:
+  MixedModel() {
+    m_child = m_module.register_module("child", std::make_shared<torch::nn::Module>());
+    m_child->register_parameter("weight", torch::zeros({4, 5}, torch::kFloat64), false);
+    m_child->register_buffer("steps", torch::zeros({6}, torch::kInt64));
+    m_child->register_buffer("scale", torch::zeros({6}, torch::kUInt8));
+    m_module.register_buffer("mask", torch::zeros({3, 3}, torch::kBool));
+    m_module.register_parameter("half", torch::zeros({8}, torch::kBFloat16), false);
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& input) override { return input; }
+  torch::Tensor make_input(std::int64_t batch_size, std::uint64_t) override {
+    return torch::zeros({batch_size, 1});
+  }
+
+  torch::nn::Module m_module;
+  std::shared_ptr<torch::nn::Module> m_child;
+};
+
+std::vector<std::string> names_of(const std::vector<NamedTensor>& tensors) {
+  std::vector<std::string> names;
+  for (const auto& t : tensors) names.push_back(t.name);
+  return names;
+}
+
+// Runs `load` and returns the CheckpointMismatch message; a test failure when nothing throws.
+template <typename Load>
+std::string mismatch_of(Load load) {
+  try {
+    load();
+  } catch (const CheckpointMismatch& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no CheckpointMismatch";
+  return {};
+}
+
+TEST_F(CheckpointFileTest, LoadModuleWeightsLoadsInPlace) {
+  TinyModel model;
+  const torch::Tensor w = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  const torch::Tensor b = torch::tensor({1.0f, 2.0f, 3.0f});
+  const std::string path = path_of("tiny.safetensors");
+  save_checkpoint(path, {{"w", w}, {"b", b}});
+
+  const void* w_address = model.m_w.data_ptr();
+  const void* b_address = model.m_b.data_ptr();
+  SafetensorsWeightStream stream(path);
+  EXPECT_THAT(model.load_weights(stream), ElementsAre("b", "w"));
+
+  EXPECT_EQ(model.m_w.data_ptr(), w_address);
+  EXPECT_EQ(model.m_b.data_ptr(), b_address);
+  EXPECT_TRUE(model.m_module.named_parameters()["w"].is_same(model.m_w));
+  EXPECT_TRUE(model.m_w.requires_grad());
+  EXPECT_TRUE(torch::equal(model.m_w, w));
+  EXPECT_TRUE(torch::equal(model.m_b, b));
+  EXPECT_TRUE(torch::equal(model.m_cache, torch::full({4}, 7.0)));  // untouched
+}
+
+TEST(CheckpointModel, PartialStreamLoadsOnlyWhatItCarries) {
+  TinyModel model;
+  TensorListWeightStream stream({{"b", torch::tensor({4.0f, 5.0f, 6.0f})}}, "refit bucket");
+  EXPECT_THAT(load_module_weights(model, stream), ElementsAre("b"));
+  EXPECT_TRUE(torch::equal(model.m_b, torch::tensor({4.0f, 5.0f, 6.0f})));
+  EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3})));
+}
+
+TEST_F(CheckpointFileTest, UnknownNameIsAMismatchNamingTensorAndSource) {
+  TinyModel model;
+  const std::string path = path_of("unknown.safetensors");
+  save_checkpoint(path, {{"w", torch::ones({2, 3})}, {"v", torch::ones({2, 3})}});
+  SafetensorsWeightStream stream(path);
+  const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
+  EXPECT_THAT(message, HasSubstr("checkpoint '" + path + "'"));
+  EXPECT_THAT(message, HasSubstr("tensor 'v' matches no parameter or persistent buffer"));
+}
+
+TEST(CheckpointModel, ShapeMismatchNamesTensorShapesAndSource) {
+  TinyModel model;
+  TensorListWeightStream stream({{"w", torch::ones({3, 2})}}, "stream 'shapes'");
+  const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
+  EXPECT_THAT(message, HasSubstr("stream 'shapes'"));
+  EXPECT_THAT(message, HasSubstr("tensor 'w' has shape [3, 2] in the checkpoint but [2, 3] in the "
+                                 "model"));
+  EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3})));
+}
+
+TEST(CheckpointModel, DtypeMismatchNamesTensorDtypesAndSource) {
+  TinyModel model;
+  TensorListWeightStream stream({{"w", torch::ones({2, 3}, torch::kFloat64)}}, "stream 'dtypes'");
+  const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
+  EXPECT_THAT(message, HasSubstr("stream 'dtypes'"));
+  EXPECT_THAT(message, HasSubstr("tensor 'w' has dtype Double in the checkpoint but Float in the "
+                                 "model"));
+  EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3})));
+}
+
+TEST(CheckpointModel, NonPersistentBufferInTheCheckpointIsRejected) {
+  TinyModel model;
+  TensorListWeightStream stream({{"cache", torch::zeros({4})}}, "stream 'np'");
+  const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
+  EXPECT_THAT(message, HasSubstr("stream 'np'"));
+  EXPECT_THAT(message, HasSubstr("tensor 'cache' is a non-persistent buffer"));
+  EXPECT_TRUE(torch::equal(model.m_cache, torch::full({4}, 7.0)));
+}
+
+TEST(CheckpointModel, CheckpointTensorsExcludeNonPersistentBuffers) {
+  TinyModel model;
+  const auto checkpoint = checkpoint_tensors(model);
+  EXPECT_THAT(names_of(checkpoint), ElementsAre("w", "b"));
+  EXPECT_TRUE(checkpoint[0].tensor.is_same(model.m_w));
+  EXPECT_TRUE(checkpoint[1].tensor.is_same(model.m_b));
+
+  const auto live = live_tensors(model);
+  EXPECT_THAT(names_of(live), ElementsAre("w", "b", "cache", "derived"));
+  EXPECT_TRUE(live[2].tensor.is_same(model.m_cache));
+  EXPECT_TRUE(live[3].tensor.is_same(model.m_derived));
+}
+
+TEST(CheckpointModel, WeightLoaderReplacesTheCopy) {
+  TinyModel model;
+  int calls = 0;
+  const void* seen = nullptr;
+  TensorAttrs attrs;
+  attrs.weight_loader = [&](torch::Tensor& param, const torch::Tensor& loaded) {
+    ++calls;
+    seen = param.data_ptr();
+    param.copy_(loaded * 2);
+  };
+  model.tensor_attributes().set(model.m_w, attrs);
+
+  const torch::Tensor w = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  const torch::Tensor b = torch::tensor({1.0f, 2.0f, 3.0f});
+  const void* w_address = model.m_w.data_ptr();
+  TensorListWeightStream stream({{"w", w}, {"b", b}}, "stream 'loader'");
+  EXPECT_THAT(load_module_weights(model, stream), ElementsAre("b", "w"));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, w_address);  // the loader got the live tensor
+  EXPECT_EQ(model.m_w.data_ptr(), w_address);
+  EXPECT_TRUE(torch::equal(model.m_w, w * 2));
+  EXPECT_TRUE(torch::equal(model.m_b, b));  // no loader: plain copy
+}
+
+TEST(CheckpointModel, WeightLoaderMayConvertTheDtype) {
+  // The dtype-mismatch message suggests "a weight_loader that converts": that must work.
+  TinyModel model;
+  TensorAttrs attrs;
+  attrs.weight_loader = [](torch::Tensor& param, const torch::Tensor& loaded) {
+    param.copy_(loaded.to(param.scalar_type()));
+  };
+  model.tensor_attributes().set(model.m_w, attrs);
+  TensorListWeightStream stream({{"w", torch::full({2, 3}, 1.5, torch::kFloat64)}}, "s");
+  EXPECT_THAT(load_module_weights(model, stream), ElementsAre("w"));
+  EXPECT_TRUE(torch::equal(model.m_w, torch::full({2, 3}, 1.5f)));
+}
+
+TEST(CheckpointTensorAttributes, KeyedByTensorIdentity) {
+  TinyModel model;
+  const TensorAttrs* cache = model.tensor_attributes().find(model.m_cache);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_FALSE(cache->persistent);
+  EXPECT_EQ(model.tensor_attributes().find(model.m_w), nullptr);
+  EXPECT_EQ(model.tensor_attributes().find(torch::Tensor()), nullptr);
+  // A view or a copy is another tensor: no attributes.
+  EXPECT_EQ(model.tensor_attributes().find(model.m_cache.view({2, 2})), nullptr);
+  EXPECT_EQ(model.tensor_attributes().find(model.m_cache.clone()), nullptr);
+  // Another handle to the same tensor shares them.
+  const torch::Tensor alias = model.m_cache;
+  EXPECT_EQ(model.tensor_attributes().find(alias), cache);
+
+  TensorAttrs value;
+  value.dummy_weight_value = 127.0;
+  model.tensor_attributes().set(model.m_cache, value);  // replaces
+  const TensorAttrs* replaced = model.tensor_attributes().find(model.m_cache);
+  ASSERT_NE(replaced, nullptr);
+  EXPECT_TRUE(replaced->persistent);
+  EXPECT_EQ(replaced->dummy_weight_value, 127.0);
+}
+
+TEST(CheckpointModel, SynthesizeCheckpointIsDeterministicInTheSeed) {
+  TinyModel model;
+  const auto a = model.synthesize_checkpoint(5);
+  torch::manual_seed(99);  // the global generator must not matter
+  (void)torch::randn({16});
+  const auto again = model.synthesize_checkpoint(5);
+  const auto other = model.synthesize_checkpoint(6);
+
+  const auto expected = checkpoint_tensors(model);
+  ASSERT_EQ(names_of(a), names_of(expected));
+  ASSERT_EQ(names_of(again), names_of(expected));
+  ASSERT_EQ(names_of(other), names_of(expected));
+  bool any_difference = false;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(expected[i].name);
+    EXPECT_EQ(a[i].tensor.sizes(), expected[i].tensor.sizes());
+    EXPECT_EQ(a[i].tensor.scalar_type(), expected[i].tensor.scalar_type());
+    EXPECT_TRUE(torch::equal(a[i].tensor, again[i].tensor));
+    EXPECT_FALSE(a[i].tensor.is_same(expected[i].tensor)) << "must be new tensors";
+    if (!torch::equal(a[i].tensor, other[i].tensor)) any_difference = true;
+  }
+  EXPECT_TRUE(any_difference) << "seeds 5 and 6 gave the same checkpoint";
+  EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3}))) << "synthesizing must not load";
+}
+
+TEST_F(CheckpointFileTest, SynthesizedCheckpointCoversMixedDtypesAndLoads) {
+  MixedModel model;
+  const auto synthesized = model.synthesize_checkpoint(3);
+  const auto expected = checkpoint_tensors(model);
+  EXPECT_THAT(names_of(expected),
+              UnorderedElementsAre("half", "child.weight", "mask", "child.steps", "child.scale"));
+  ASSERT_EQ(names_of(synthesized), names_of(expected));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(expected[i].name);
+    EXPECT_EQ(synthesized[i].tensor.sizes(), expected[i].tensor.sizes());
+    EXPECT_EQ(synthesized[i].tensor.scalar_type(), expected[i].tensor.scalar_type());
+    EXPECT_TRUE(synthesized[i].tensor.is_contiguous());
+  }
+
+  // Integers are drawn from a small range: [0, 8).
+  for (const auto& t : synthesized) {
+    if (t.name == "child.steps" || t.name == "child.scale") {
+      EXPECT_GE(t.tensor.min().item<std::int64_t>(), 0) << t.name;
+      EXPECT_LT(t.tensor.max().item<std::int64_t>(), 8) << t.name;
+    }
+  }
+
+  // The synthesized checkpoint is one the model accepts.
+  const std::string path = path_of("mixed.safetensors");
+  save_checkpoint(path, synthesized);
+  SafetensorsWeightStream stream(path);
+  EXPECT_EQ(load_module_weights(model, stream).size(), expected.size());
+  for (const auto& t : synthesized) {
+    SCOPED_TRACE(t.name);
+    for (const auto& live : checkpoint_tensors(model)) {
+      if (live.name == t.name) {
+        EXPECT_TRUE(same_bytes(t.tensor, live.tensor));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace graphcheck

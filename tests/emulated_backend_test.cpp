@@ -132,7 +132,9 @@ TEST_F(EmulatedBackendTest, ReadSetKeepsTheCapturedStorageAfterRebinding) {
   const void* old_address = m_model.m_derived.data_ptr();
   m_model.m_derived = torch::randn({4});
   for (const auto& e : graph->read_set()) {
-    if (e.name == "derived") EXPECT_EQ(e.storage.data(), old_address);
+    if (e.name == "derived") {
+      EXPECT_EQ(e.storage.data(), old_address);
+    }
   }
 }
 

@@ -1,1 +1,756 @@
+// Unit tests for scenario files (parse_scenario_file, collect_scenario_files) and ModelConfig.
+//
+// Most tests use a hand-built ScenarioCatalog so that they do not depend on which fixtures,
+// probes and mutations happen to be registered; one test checks default_catalog() itself.
+// Every error test asserts the exact "file:line:column: " prefix and a key phrase.
+#include "graphcheck/scenario.h"
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "graphcheck/config.h"
+#include "graphcheck/driver.h"
+#include "graphcheck_test_config.h"
+
+namespace graphcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+ScenarioCatalog test_catalog() {
+  ScenarioCatalog catalog;
+  catalog.fixtures = {"dsv4"};
+  catalog.probes = {"address", "replay_diff"};
+  catalog.is_mutation = [](const std::string& name) { return name == "mhc.rebind_broadcast"; };
+  return catalog;
+}
+
+// A file name safe for any test name (parameterized names hold '/').
+std::string sanitized(std::string name) {
+  std::replace_if(
+      name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
+      '_');
+  return name;
+}
+
+// Gives each test its own empty directory below the system temp directory.
+class ScenarioFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    m_dir = fs::temp_directory_path() /
+            ("graphcheck_scenario_test_" + std::to_string(::getpid()) + "_" +
+             sanitized(info->test_suite_name()) + "_" + sanitized(info->name()));
+    fs::remove_all(m_dir);
+    fs::create_directories(m_dir);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(m_dir, ec);
+  }
+
+  // Writes `text` to m_dir/relative (creating folders) and returns the path.
+  std::string write(const std::string& relative, const std::string& text) const {
+    const fs::path path = m_dir / relative;
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.close();
+    EXPECT_TRUE(out) << "cannot write " << path;
+    return path.string();
+  }
+
+  // Parses the file and returns the ScenarioError message; a test failure when nothing throws.
+  static std::string error_of(const std::string& path,
+                              const ScenarioCatalog& catalog = test_catalog()) {
+    try {
+      (void)parse_scenario_file(path, catalog);
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << path << " parsed without a ScenarioError";
+    return {};
+  }
+
+  // Writes the scenario text and returns its ScenarioError message.
+  std::string error_for(const std::string& text) const {
+    return error_of(write("scenario.yaml", text));
+  }
+
+  [[nodiscard]] std::string path_of(const std::string& relative) const {
+    return (m_dir / relative).string();
+  }
+
+  fs::path m_dir;
+};
+
+// ---- valid files ------------------------------------------------------------------------------
+
+TEST_F(ScenarioFileTest, FullScenarioParsesEveryField) {
+  const std::string path = write("full.yaml", R"(scenario: full-test
+description: every field set
+model:
+  fixture: dsv4
+  config:
+    layers: 2
+    ratio: 0.5
+    fast: true
+    quoted: "12"
+    mode: plain
+load: checkpoint
+seed: 7
+capture:
+  batch_sizes: [1, 4, 16]
+cycles:
+  - refit: {seed: 2}
+  - refit:
+      seed: 3
+      only: ["layers.0.", head.]
+checks: all
+mutations:
+  mhc.rebind_broadcast: [address, replay_diff]
+)");
+  const Scenario s = parse_scenario_file(path, test_catalog());
+
+  EXPECT_EQ(s.name, "full-test");
+  EXPECT_EQ(s.description, "every field set");
+  EXPECT_EQ(s.file, path);
+  EXPECT_EQ(s.fixture, "dsv4");
+
+  // Config values keep their YAML types; a quoted number stays a string.
+  const auto& values = s.config.values();
+  ASSERT_EQ(values.size(), 5u);
+  EXPECT_TRUE(std::holds_alternative<std::int64_t>(values.at("layers")));
+  EXPECT_TRUE(std::holds_alternative<double>(values.at("ratio")));
+  EXPECT_TRUE(std::holds_alternative<bool>(values.at("fast")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(values.at("quoted")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(values.at("mode")));
+  EXPECT_EQ(s.config.get_int("layers", 0), 2);
+  EXPECT_DOUBLE_EQ(s.config.get_double("ratio", 0.0), 0.5);
+  EXPECT_TRUE(s.config.get_bool("fast", false));
+  EXPECT_EQ(s.config.get_string("quoted", ""), "12");
+  EXPECT_EQ(s.config.get_string("mode", ""), "plain");
+  EXPECT_EQ(s.config.where("layers"), path + ":6:13");
+  EXPECT_EQ(s.config.where("mode"), path + ":10:11");
+  EXPECT_THROW((void)s.config.get_int("quoted", 0), ConfigError);
+
+  EXPECT_EQ(s.load, LoadFormat::checkpoint);
+  EXPECT_STREQ(to_string(s.load), "checkpoint");
+  EXPECT_TRUE(s.checkpoint.empty());
+  EXPECT_EQ(s.seed, 7u);
+  EXPECT_THAT(s.batch_sizes, ElementsAre(1, 4, 16));
+
+  ASSERT_EQ(s.cycles.size(), 2u);
+  EXPECT_EQ(s.cycles[0].seed, 2u);
+  EXPECT_TRUE(s.cycles[0].only.empty());
+  EXPECT_EQ(s.cycles[0].where, path + ":16:5");
+  EXPECT_EQ(s.cycles[1].seed, 3u);
+  EXPECT_THAT(s.cycles[1].only, ElementsAre("layers.0.", "head."));
+  EXPECT_EQ(s.cycles[1].where, path + ":17:5");
+
+  EXPECT_THAT(s.checks, ElementsAre("address", "replay_diff"));
+  ASSERT_EQ(s.mutations.size(), 1u);
+  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"), ElementsAre("address", "replay_diff"));
+}
+
+TEST_F(ScenarioFileTest, MinimalScenarioGetsTheDefaults) {
+  const std::string path = write("minimal.yaml", R"(scenario: minimal
+model: {fixture: dsv4}
+capture: {batch_sizes: [2]}
+)");
+  const Scenario s = parse_scenario_file(path, test_catalog());
+  EXPECT_EQ(s.name, "minimal");
+  EXPECT_TRUE(s.description.empty());
+  EXPECT_TRUE(s.config.values().empty());
+  EXPECT_EQ(s.load, LoadFormat::checkpoint);
+  EXPECT_TRUE(s.checkpoint.empty());
+  EXPECT_EQ(s.seed, 1u);
+  EXPECT_THAT(s.batch_sizes, ElementsAre(2));
+  EXPECT_TRUE(s.cycles.empty());
+  EXPECT_THAT(s.checks, ElementsAre("address", "replay_diff"));  // no `checks`: all probes
+  EXPECT_TRUE(s.mutations.empty());
+}
+
+TEST_F(ScenarioFileTest, ChecksListKeepsItsOrder) {
+  const std::string path = write("checks.yaml", R"(scenario: checks
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: [replay_diff]
+mutations:
+  mhc.rebind_broadcast: [replay_diff]
+)");
+  const Scenario s = parse_scenario_file(path, test_catalog());
+  EXPECT_THAT(s.checks, ElementsAre("replay_diff"));
+  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"), ElementsAre("replay_diff"));
+}
+
+TEST(ScenarioCatalogTest, DefaultCatalogKnowsTheBuiltInNames) {
+  const ScenarioCatalog catalog = default_catalog();
+  EXPECT_THAT(catalog.fixtures, ::testing::Contains("dsv4"));
+  EXPECT_THAT(catalog.probes, ::testing::Contains("address"));
+  EXPECT_THAT(catalog.probes, ::testing::Contains("replay_diff"));
+  ASSERT_TRUE(catalog.is_mutation);
+  EXPECT_TRUE(catalog.is_mutation("mhc.rebind_broadcast"));
+  EXPECT_FALSE(catalog.is_mutation("mhc.no_such_mutation"));
+}
+
+TEST(ScenarioRepoFileTest, DsV4MhcRefitParsesWithTheDefaultCatalog) {
+  const std::string path =
+      (fs::path(GRAPHCHECK_TEST_SOURCE_DIR) / "scenarios" / "dsv4_mhc_refit.yaml").string();
+  const ScenarioCatalog catalog = default_catalog();
+  const Scenario s = parse_scenario_file(path, catalog);
+  EXPECT_EQ(s.name, "dsv4-mhc-refit");
+  EXPECT_THAT(s.description, StartsWith("RL weight sync"));
+  EXPECT_EQ(s.fixture, "dsv4");
+  EXPECT_EQ(s.config.get_int("layers", 0), 2);
+  EXPECT_EQ(s.config.get_int("hidden", 0), 64);
+  EXPECT_EQ(s.config.get_int("hc_mult", 0), 4);
+  EXPECT_EQ(s.load, LoadFormat::checkpoint);
+  EXPECT_EQ(s.seed, 1u);
+  EXPECT_THAT(s.batch_sizes, ElementsAre(1, 4));
+  ASSERT_EQ(s.cycles.size(), 3u);
+  EXPECT_EQ(s.cycles[0].seed, 2u);
+  EXPECT_TRUE(s.cycles[0].only.empty());
+  EXPECT_EQ(s.cycles[1].seed, 3u);
+  EXPECT_THAT(s.cycles[1].only, ElementsAre("layers.0."));
+  EXPECT_EQ(s.cycles[2].seed, 4u);
+  EXPECT_EQ(s.checks, catalog.probes);  // checks: all
+  ASSERT_EQ(s.mutations.count("mhc.rebind_broadcast"), 1u);
+  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"), ElementsAre("address", "replay_diff"));
+}
+
+TEST_F(ScenarioFileTest, RelativeCheckpointIsResolvedAgainstTheScenarioDirectory) {
+  const std::string path = write("suite/relative.yaml", R"(scenario: relative
+model: {fixture: dsv4}
+checkpoint: ../ckpt/./weights.safetensors
+capture: {batch_sizes: [1]}
+)");
+  const Scenario s = parse_scenario_file(path, test_catalog());
+  EXPECT_EQ(s.checkpoint, (m_dir / "ckpt" / "weights.safetensors").lexically_normal().string());
+}
+
+TEST_F(ScenarioFileTest, AbsoluteCheckpointIsKept) {
+  const std::string absolute = (m_dir / "elsewhere" / "w.safetensors").string();
+  const std::string path = write("suite/absolute.yaml", "scenario: absolute\n"
+                                                        "model: {fixture: dsv4}\n"
+                                                        "checkpoint: " + absolute + "\n"
+                                                        "capture: {batch_sizes: [1]}\n");
+  EXPECT_EQ(parse_scenario_file(path, test_catalog()).checkpoint, absolute);
+}
+
+// ---- errors: keys -----------------------------------------------------------------------------
+
+TEST_F(ScenarioFileTest, MisspelledTopLevelKeySuggestsTheRightOne) {
+  const std::string message = error_for(R"(scenario: typo
+model: {fixture: dsv4}
+captur: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":3:1: "));
+  EXPECT_THAT(message,
+              HasSubstr("unknown key 'captur' in scenario file (did you mean 'capture'?)"));
+}
+
+TEST_F(ScenarioFileTest, UnknownKeyInModel) {
+  const std::string message = error_for(R"(scenario: typo
+model:
+  fixture: dsv4
+  confg: {layers: 1}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:3: "));
+  EXPECT_THAT(message, HasSubstr("unknown key 'confg' in model (did you mean 'config'?)"));
+}
+
+TEST_F(ScenarioFileTest, UnknownKeyInCapture) {
+  const std::string message = error_for(R"(scenario: typo
+model: {fixture: dsv4}
+capture:
+  batch_sizes: [1]
+  graphs: 2
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:3: "));
+  EXPECT_THAT(message, HasSubstr("unknown key 'graphs' in capture"));
+  EXPECT_THAT(message, HasSubstr("allowed keys are batch_sizes"));
+  EXPECT_THAT(message, Not(HasSubstr("did you mean")));  // nothing close to suggest
+}
+
+TEST_F(ScenarioFileTest, UnknownKeyInRefit) {
+  const std::string message = error_for(R"(scenario: typo
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, olny: [layers.]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:22: "));
+  EXPECT_THAT(message, HasSubstr("unknown key 'olny' in refit (did you mean 'only'?)"));
+}
+
+TEST_F(ScenarioFileTest, UnknownKeyInCycle) {
+  const std::string message = error_for(R"(scenario: typo
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refti: {seed: 2}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:5: "));
+  EXPECT_THAT(message, HasSubstr("unknown key 'refti' in cycle (did you mean 'refit'?)"));
+}
+
+// ---- errors: names ----------------------------------------------------------------------------
+
+TEST_F(ScenarioFileTest, UnknownFixture) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv3}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":2:18: "));
+  EXPECT_THAT(message, HasSubstr("unknown fixture 'dsv3' (did you mean 'dsv4'?)"));
+  EXPECT_THAT(message, HasSubstr("known fixtures are dsv4"));
+}
+
+TEST_F(ScenarioFileTest, UnknownProbeInChecks) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: [address, replay_dif]
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:19: "));
+  EXPECT_THAT(message, HasSubstr("unknown probe 'replay_dif' (did you mean 'replay_diff'?)"));
+  EXPECT_THAT(message, HasSubstr("known probes are address, replay_diff"));
+}
+
+TEST_F(ScenarioFileTest, ChecksMustBeAllOrAList) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: everything
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:9: "));
+  EXPECT_THAT(message, HasSubstr("'checks' must be 'all' or a list of probe names"));
+}
+
+TEST_F(ScenarioFileTest, UnknownMutation) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: all
+mutations:
+  mhc.rebind_bcast: [address]
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":6:3: "));
+  EXPECT_THAT(message, HasSubstr("unknown mutation 'mhc.rebind_bcast'"));
+}
+
+TEST_F(ScenarioFileTest, MutationProbeMustBeInChecks) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: [address]
+mutations:
+  mhc.rebind_broadcast: [address, replay_diff]
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":6:35: "));
+  EXPECT_THAT(message, HasSubstr("probe 'replay_diff' must catch mutation 'mhc.rebind_broadcast' "
+                                 "but is not in this scenario's checks"));
+}
+
+TEST_F(ScenarioFileTest, MutationMustListItsProbes) {
+  const std::string message = error_for(R"(scenario: names
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+mutations:
+  mhc.rebind_broadcast: []
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:25: "));
+  EXPECT_THAT(message, HasSubstr("mutation 'mhc.rebind_broadcast' must list the probes"));
+}
+
+TEST_F(ScenarioFileTest, ScenarioNameWithSpacesIsRejected) {
+  const std::string message = error_for(R"(scenario: "two words"
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":1:11: "));
+  EXPECT_THAT(message, HasSubstr("without slashes or spaces"));
+}
+
+// ---- errors: batch_sizes ----------------------------------------------------------------------
+
+struct BatchSizesCase {
+  const char* label;
+  const char* value;     // written after "capture: {batch_sizes: ", which puts it at column 24
+  const char* location;  // line:column of the offending node
+  const char* phrase;
+};
+
+std::ostream& operator<<(std::ostream& out, const BatchSizesCase& c) {
+  return out << c.label << " (batch_sizes: " << c.value << ")";
+}
+
+class BatchSizesError : public ScenarioFileTest,
+                        public ::testing::WithParamInterface<BatchSizesCase> {};
+
+TEST_P(BatchSizesError, NamesTheOffendingNode) {
+  const BatchSizesCase& c = GetParam();
+  const std::string message = error_for(std::string("scenario: sizes\n"
+                                                    "model: {fixture: dsv4}\n"
+                                                    "capture: {batch_sizes: ") +
+                                        c.value + "}\n");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":" + c.location + ": "));
+  EXPECT_THAT(message, HasSubstr(c.phrase));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scenario, BatchSizesError,
+    ::testing::Values(
+        BatchSizesCase{"Empty", "[]", "3:24", "'capture.batch_sizes' must be a non-empty list"},
+        BatchSizesCase{"NotAList", "4", "3:24", "'capture.batch_sizes' must be a non-empty list"},
+        BatchSizesCase{"Zero", "[1, 0]", "3:28", "a batch size must be between 1 and 1048576"},
+        BatchSizesCase{"TooLarge", "[2000000]", "3:25",
+                       "a batch size must be between 1 and 1048576"},
+        BatchSizesCase{"Duplicate", "[4, 2, 4]", "3:31", "batch size 4 is listed twice"},
+        BatchSizesCase{"Negative", "[-2]", "3:25",
+                       "batch size must be a non-negative integer, got '-2'"},
+        BatchSizesCase{"Fraction", "[1.5]", "3:25",
+                       "batch size must be a non-negative integer, got '1.5'"},
+        BatchSizesCase{"Word", "[1, two]", "3:28",
+                       "batch size must be a non-negative integer, got 'two'"}),
+    [](const ::testing::TestParamInfo<BatchSizesCase>& info) { return info.param.label; });
+
+// ---- errors: missing keys, syntax, values -----------------------------------------------------
+
+TEST_F(ScenarioFileTest, MissingScenarioKey) {
+  const std::string message = error_for(R"(model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":1:1: "));
+  EXPECT_THAT(message, HasSubstr("missing required key 'scenario' in scenario file"));
+}
+
+TEST_F(ScenarioFileTest, MissingModelKey) {
+  const std::string message = error_for(R"(scenario: missing
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":1:1: "));
+  EXPECT_THAT(message, HasSubstr("missing required key 'model' in scenario file"));
+}
+
+TEST_F(ScenarioFileTest, MissingCaptureKey) {
+  const std::string message = error_for(R"(scenario: missing
+model: {fixture: dsv4}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":1:1: "));
+  EXPECT_THAT(message, HasSubstr("missing required key 'capture' in scenario file"));
+}
+
+TEST_F(ScenarioFileTest, MissingFixtureKeyPointsAtTheModelMap) {
+  const std::string message = error_for(R"(scenario: missing
+model: {config: {layers: 1}}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":2:8: "));
+  EXPECT_THAT(message, HasSubstr("missing required key 'fixture' in model"));
+}
+
+TEST_F(ScenarioFileTest, MissingRefitSeed) {
+  const std::string message = error_for(R"(scenario: missing
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {only: [layers.]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:12: "));
+  EXPECT_THAT(message, HasSubstr("missing required key 'seed' in refit"));
+}
+
+TEST_F(ScenarioFileTest, InvalidYamlReportsTheParserPosition) {
+  const std::string message = error_for(R"(scenario: broken
+model:
+  fixture: dsv4
+ config: {layers: 1}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:2: invalid YAML: "));
+  EXPECT_THAT(message, HasSubstr("end of map not found"));
+}
+
+TEST_F(ScenarioFileTest, TopLevelMustBeAMapping) {
+  const std::string message = error_for("- scenario: list\n- model: {fixture: dsv4}\n");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":1:1: "));
+  EXPECT_THAT(message, HasSubstr("a scenario file must be a mapping"));
+}
+
+TEST_F(ScenarioFileTest, LoadDummyParses) {
+  const std::string path = write("dummy.yaml", R"(scenario: load
+model: {fixture: dsv4}
+load: dummy
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_EQ(parse_scenario_file(path, test_catalog()).load, LoadFormat::dummy);
+}
+
+TEST_F(ScenarioFileTest, DummyLoadWithACheckpointFileIsRejected) {
+  const std::string message = error_for(R"(scenario: load
+model: {fixture: dsv4}
+load: dummy
+checkpoint: x.safetensors
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:13: "));
+  EXPECT_THAT(message, HasSubstr("load: dummy"));
+}
+
+TEST_F(ScenarioFileTest, UnknownLoadFormat) {
+  const std::string message = error_for(R"(scenario: load
+model: {fixture: dsv4}
+load: bogus
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":3:7: "));
+  EXPECT_THAT(message, HasSubstr("unknown load format 'bogus': use checkpoint or dummy"));
+}
+
+TEST_F(ScenarioFileTest, EmptyOnlyListIsRejected) {
+  const std::string message = error_for(R"(scenario: only
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, only: []}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:28: "));
+  EXPECT_THAT(message, HasSubstr("'only' must be a non-empty list of tensor-name prefixes"));
+}
+
+TEST_F(ScenarioFileTest, NonScalarConfigValueIsRejected) {
+  const std::string message = error_for(R"(scenario: config
+model: {fixture: dsv4, config: {layers: [1, 2]}}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":2:41: "));
+  EXPECT_THAT(message, HasSubstr("config key 'layers' must be a scalar"));
+}
+
+TEST_F(ScenarioFileTest, NegativeSeedIsRejected) {
+  const std::string message = error_for(R"(scenario: seed
+model: {fixture: dsv4}
+seed: -1
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":3:7: "));
+  EXPECT_THAT(message, HasSubstr("seed must be a non-negative integer, got '-1'"));
+}
+
+TEST_F(ScenarioFileTest, MissingFileIsAScenarioError) {
+  const std::string missing = path_of("no_such.yaml");
+  const std::string message = error_of(missing);
+  EXPECT_THAT(message, StartsWith(missing + ": "));
+  EXPECT_THAT(message, HasSubstr("cannot read the scenario file"));
+}
+
+// ---- collect_scenario_files -------------------------------------------------------------------
+
+TEST_F(ScenarioFileTest, CollectFindsYamlFilesRecursivelyAndSorted) {
+  const std::string b = write("suite/b.yaml", "x: 1\n");
+  const std::string a = write("suite/a.yml", "x: 1\n");
+  const std::string c = write("suite/nested/c.yaml", "x: 1\n");
+  (void)write("suite/notes.txt", "not a scenario\n");
+  (void)write("suite/nested/d.yaml.bak", "x: 1\n");
+  const std::string single = write("single.yaml", "x: 1\n");
+
+  EXPECT_THAT(collect_scenario_files({path_of("suite")}), ElementsAre(a, b, c));
+  // Explicit files are kept, and the caller's order of paths is kept.
+  EXPECT_THAT(collect_scenario_files({single, path_of("suite")}), ElementsAre(single, a, b, c));
+  EXPECT_TRUE(collect_scenario_files({}).empty());
+}
+
+TEST_F(ScenarioFileTest, CollectRejectsAMissingPath) {
+  const std::string missing = path_of("no_such_dir");
+  try {
+    (void)collect_scenario_files({missing});
+    ADD_FAILURE() << "collect_scenario_files accepted a missing path";
+  } catch (const ScenarioError& e) {
+    EXPECT_THAT(e.what(), StartsWith(missing + ": "));
+    EXPECT_THAT(e.what(), HasSubstr("no such scenario file or directory"));
+  }
+}
+
+// ---- ModelConfig ------------------------------------------------------------------------------
+
+// Runs `read` and returns the ConfigError message; a test failure when nothing throws.
+template <typename Read>
+std::string config_error(Read read) {
+  try {
+    read();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return {};
+}
+
+TEST(ScenarioModelConfig, TypedGettersReturnValuesOrFallbacks) {
+  ModelConfig config;
+  config.set("layers", std::int64_t{3}, "s.yaml:2:5");
+  config.set("ratio", 0.25, "s.yaml:3:5");
+  config.set("fast", true, "s.yaml:4:5");
+  config.set("mode", std::string("fold"), "s.yaml:5:5");
+
+  EXPECT_EQ(config.get_int("layers", 0), 3);
+  EXPECT_DOUBLE_EQ(config.get_double("ratio", 0.0), 0.25);
+  EXPECT_DOUBLE_EQ(config.get_double("layers", 0.0), 3.0);  // an integer is a number too
+  EXPECT_TRUE(config.get_bool("fast", false));
+  EXPECT_EQ(config.get_string("mode", ""), "fold");
+
+  EXPECT_EQ(config.get_int("absent_int", 42), 42);
+  EXPECT_DOUBLE_EQ(config.get_double("absent_double", 1.5), 1.5);
+  EXPECT_FALSE(config.get_bool("absent_bool", false));
+  EXPECT_EQ(config.get_string("absent_string", "dflt"), "dflt");
+
+  EXPECT_EQ(config.where("layers"), "s.yaml:2:5");
+  EXPECT_EQ(config.where("absent_int"), "config");
+  EXPECT_EQ(to_string(ModelConfig::Value{true}), "true");
+  EXPECT_EQ(to_string(ModelConfig::Value{std::int64_t{-7}}), "-7");
+  EXPECT_EQ(to_string(ModelConfig::Value{std::string("x")}), "x");
+}
+
+TEST(ScenarioModelConfig, WrongTypeNamesKeyAndLocation) {
+  ModelConfig config;
+  config.set("layers", std::string("two"), "s.yaml:2:13");
+  config.set("ratio", std::string("half"), "s.yaml:3:12");
+  config.set("fast", std::int64_t{1}, "s.yaml:4:11");
+  config.set("mode", 0.5, "s.yaml:5:11");
+
+  std::string message = config_error([&] { (void)config.get_int("layers", 0); });
+  EXPECT_THAT(message, StartsWith("s.yaml:2:13: "));
+  EXPECT_THAT(message, HasSubstr("config key 'layers' must be an integer, got a string ('two')"));
+
+  message = config_error([&] { (void)config.get_double("ratio", 0.0); });
+  EXPECT_THAT(message, StartsWith("s.yaml:3:12: "));
+  EXPECT_THAT(message, HasSubstr("config key 'ratio' must be a number, got a string ('half')"));
+
+  message = config_error([&] { (void)config.get_bool("fast", false); });
+  EXPECT_THAT(message, StartsWith("s.yaml:4:11: "));
+  EXPECT_THAT(message, HasSubstr("config key 'fast' must be true or false, got an integer ('1')"));
+
+  message = config_error([&] { (void)config.get_string("mode", ""); });
+  EXPECT_THAT(message, StartsWith("s.yaml:5:11: "));
+  EXPECT_THAT(message, HasSubstr("config key 'mode' must be a string, got a number ('0.5')"));
+
+  message = config_error([&] { (void)config.get_int("mode", 0); });
+  EXPECT_THAT(message, HasSubstr("config key 'mode' must be an integer, got a number"));
+}
+
+TEST(ScenarioModelConfig, WrongTypeWithoutLocationSaysConfig) {
+  ModelConfig config;
+  config.set("layers", true);
+  EXPECT_THAT(config_error([&] { (void)config.get_int("layers", 0); }),
+              StartsWith("config: config key 'layers' must be an integer, got a boolean"));
+}
+
+TEST(ScenarioModelConfig, RangeCheck) {
+  ModelConfig config;
+  config.set("layers", std::int64_t{9}, "s.yaml:2:13");
+  config.set("hidden", std::int64_t{64}, "s.yaml:3:13");
+
+  EXPECT_EQ(config.get_int("hidden", 8, 1, 64), 64);  // bounds are inclusive
+  EXPECT_EQ(config.get_int("hidden", 8, 64, 128), 64);
+  EXPECT_EQ(config.get_int("absent", 8, 1, 64), 8);
+
+  const std::string message = config_error([&] { (void)config.get_int("layers", 1, 1, 8); });
+  EXPECT_THAT(message, StartsWith("s.yaml:2:13: "));
+  EXPECT_THAT(message, HasSubstr("config key 'layers' = 9 is out of range: use a value in [1, 8]"));
+  EXPECT_THROW((void)config.get_int("layers", 1, 10, 20), ConfigError);
+}
+
+TEST(ScenarioModelConfig, UnusedKeysListsWhatNobodyRead) {
+  ModelConfig config;
+  config.set("layers", std::int64_t{2});
+  config.set("hiden", std::int64_t{64});  // a misspelling nobody reads
+  config.set("mode", std::string("x"));
+  EXPECT_THAT(config.unused_keys(), ElementsAre("hiden", "layers", "mode"));
+
+  (void)config.get_int("layers", 0);
+  (void)config.get_int("hidden", 0);  // absent: the fallback, does not use "hiden"
+  EXPECT_THAT(config.unused_keys(), ElementsAre("hiden", "mode"));
+
+  // A read that throws still counts as a read: the key is not unknown, it has a wrong type.
+  EXPECT_THROW((void)config.get_int("mode", 0), ConfigError);
+  EXPECT_THAT(config.unused_keys(), ElementsAre("hiden"));
+}
+
+TEST(ScenarioModelConfig, SetReplacesValueAndLocation) {
+  ModelConfig config;
+  config.set("layers", std::int64_t{2}, "a.yaml:1:1");
+  config.set("layers", std::int64_t{4}, "b.yaml:2:2");
+  EXPECT_EQ(config.values().size(), 1u);
+  EXPECT_EQ(config.get_int("layers", 0), 4);
+  EXPECT_EQ(config.where("layers"), "b.yaml:2:2");
+}
+
+}  // namespace
+}  // namespace graphcheck
+
+namespace graphcheck {
+namespace {
+
+TEST_F(ScenarioFileTest, DuplicateTopLevelKeyNamesBothPlaces) {
+  const std::string message = error_for(R"(scenario: dup
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+capture: {batch_sizes: [2]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:1: "));
+  EXPECT_THAT(message, HasSubstr("key 'capture' appears twice in scenario file (first at "));
+  EXPECT_THAT(message, HasSubstr("scenario.yaml:3:1)"));
+}
+
+TEST_F(ScenarioFileTest, DuplicateConfigKeyIsRejected) {
+  const std::string message = error_for(R"(scenario: dup
+model: {fixture: dsv4, config: {layers: 1, layers: 2}}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, HasSubstr("key 'layers' appears twice in model.config"));
+}
+
+TEST_F(ScenarioFileTest, NonScalarConfigKeyIsAScenarioError) {
+  const std::string message = error_for(R"(scenario: odd
+model: {fixture: dsv4, config: {[x]: 1}}
+capture: {batch_sizes: [1]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":2:33: "));
+  EXPECT_THAT(message, HasSubstr("keys in model.config must be strings"));
+}
+
+TEST_F(ScenarioFileTest, DuplicateProbeInChecksIsRejected) {
+  const std::string message = error_for(R"(scenario: dup
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+checks: [address, address]
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:19: "));
+  EXPECT_THAT(message, HasSubstr("probe 'address' is listed twice"));
+}
+
+TEST(ScenarioModelConfigText, HexAndNanStayStringsAndWholeDoublesLookLikeNumbers) {
+  EXPECT_EQ(to_string(ModelConfig::Value{2.0}), "2.0");
+  EXPECT_EQ(to_string(ModelConfig::Value{0.5}), "0.5");
+}
+
+}  // namespace
+}  // namespace graphcheck

@@ -19,7 +19,12 @@ const char* type_name(const ModelConfig::Value& value) {
 std::string to_string(const ModelConfig::Value& value) {
   if (auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
   if (auto* i = std::get_if<std::int64_t>(&value)) return std::to_string(*i);
-  if (auto* d = std::get_if<double>(&value)) return fmt::format("{}", *d);
+  if (auto* d = std::get_if<double>(&value)) {
+    std::string text = fmt::format("{}", *d);
+    // Keep a whole-number double recognisable as a number with a fraction: "2.0", not "2".
+    if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+    return text;
+  }
   return std::get<std::string>(value);
 }
 

@@ -14,6 +14,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
+#include "dummy_loader.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -39,6 +40,13 @@ ScenarioCatalog default_catalog() {
   catalog.is_mutation = [](const std::string& name) { return mutation::find(name) != nullptr; };
   return catalog;
 }
+
+GRAPHCHECK_REGISTER_MUTATION(
+    "driver.skip_pwal_on_dummy", "driver",
+    "the loader does not call process_weights_after_loading() after a dummy load (any model)");
+GRAPHCHECK_REGISTER_MUTATION(
+    "driver.skip_pwal_on_refit", "driver",
+    "the loader does not call process_weights_after_loading() after a refit (any model)");
 
 namespace {
 
@@ -179,6 +187,26 @@ class Driver final : public RunContext, public HookSink {
     if (!m_reference || m_reference_cycle != m_cycle) build_reference();
     return *m_reference;
   }
+  void rerun_pwal() override {
+    m_quiet = true;
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{m_quiet};
+    call_model(Phase::pwal, "process_weights_after_loading() (second call)", [&] {
+      torch::NoGradGuard no_grad;
+      m_model->process_weights_after_loading();
+      return 0;
+    });
+  }
+  [[nodiscard]] std::vector<std::string> module_paths() override {
+    index_modules();
+    std::vector<std::string> paths = {"(model)", "(root)"};
+    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
+      paths.push_back(item.key());
+    }
+    return paths;
+  }
   void add_finding(Finding finding) override {
     if (finding.phase.empty()) finding.phase = to_string(m_phase);
     m_record.findings.push_back(std::move(finding));
@@ -190,7 +218,7 @@ class Driver final : public RunContext, public HookSink {
 
   // ---- HookSink -----------------------------------------------------------------------------
   void on_hook(const void* module, std::string_view hook) override {
-    if (m_building_reference || !m_model) return;
+    if (m_quiet || !m_model) return;
     HookEvent event;
     event.module_path = module_path(module);
     event.hook = std::string(hook);
@@ -228,18 +256,26 @@ class Driver final : public RunContext, public HookSink {
     index_modules();
     end(&Probe::on_construct_end, event(Phase::construct));
 
-    // initial load + PWAL
-    load(/*refit=*/false, m_scenario.checkpoint.empty() ? write_checkpoint(m_seed)
-                                                        : m_scenario.checkpoint,
-         {});
-    pwal();
+    // initial load + PWAL (the loader calls it for every load format)
+    if (m_scenario.load == LoadFormat::dummy) {
+      load_dummy();
+      if (mutation::enabled("driver.skip_pwal_on_dummy")) {
+        // Mutation: the loader skips PWAL after a dummy load.
+      } else {
+        pwal();
+      }
+    } else {
+      load(/*refit=*/false,
+           m_scenario.checkpoint.empty() ? write_checkpoint(m_seed) : m_scenario.checkpoint, {});
+      pwal();
+    }
 
     // warm-up and capture, one per batch size
     for (std::int64_t b : m_scenario.batch_sizes) {
       m_batch_size = b;
       PhaseEvent e = event(Phase::warmup);
+      torch::Tensor input = input_for(b, 0);  // before the window: only forward's own memory counts
       begin(&Probe::on_warmup_begin, e);
-      torch::Tensor input = input_for(b, 0);
       call_model(Phase::warmup, "forward()", [&] {
         torch::NoGradGuard no_grad;
         return m_model->forward(input);
@@ -250,8 +286,8 @@ class Driver final : public RunContext, public HookSink {
       m_batch_size = b;
       CaptureEvent e;
       static_cast<PhaseEvent&>(e) = event(Phase::capture);
-      begin(&Probe::on_capture_begin, e);
       torch::Tensor input = input_for(b, 0);
+      begin(&Probe::on_capture_begin, e);
       m_graphs.push_back(call_model(Phase::capture, "forward() under capture",
                                     [&] { return m_backend->capture(*m_model, input); }));
       e.graph = m_graphs.back().get();
@@ -268,7 +304,11 @@ class Driver final : public RunContext, public HookSink {
       PhaseEvent e = event(Phase::refit);
       begin(&Probe::on_refit_begin, e);
       load(/*refit=*/true, write_checkpoint(spec.seed + (m_seed - m_scenario.seed)), spec.only);
-      pwal();
+      if (mutation::enabled("driver.skip_pwal_on_refit")) {
+        // Mutation: the loader skips PWAL after a refit.
+      } else {
+        pwal();
+      }
       m_phase = Phase::refit;
       end(&Probe::on_refit_end, e);
       replay_all();
@@ -296,9 +336,15 @@ class Driver final : public RunContext, public HookSink {
     return model;
   }
 
+  // Synthesized by a freshly constructed model, so that the checkpoint layout does not depend on
+  // what PWAL did to model A (repacked or freed raw weights).
   std::string write_checkpoint(std::uint64_t seed) {
-    std::vector<NamedTensor> tensors = call_model(
-        m_phase, "synthesize_checkpoint()", [&] { return m_model->synthesize_checkpoint(seed); });
+    std::vector<NamedTensor> tensors;
+    {
+      std::unique_ptr<LifecycleModel> fresh = construct_quiet("checkpoint synthesis");
+      tensors = call_model(m_phase, "synthesize_checkpoint()",
+                           [&] { return fresh->synthesize_checkpoint(seed); });
+    }
     fs::create_directories(m_work_dir);
     std::string path = (m_work_dir / fmt::format("seed-{}.safetensors", seed)).string();
     save_checkpoint(path, tensors,
@@ -334,6 +380,21 @@ class Driver final : public RunContext, public HookSink {
     e.loaded = call_model(Phase::load, "load_weights()",
                           [&] { return m_model->load_weights(stream); });
     check_loaded(stream.seen(), e.loaded, refit, e.source);
+    end(&Probe::on_load_end, e);
+  }
+
+  void load_dummy() {
+    m_phase = Phase::load;
+    LoadEvent e;
+    static_cast<PhaseEvent&>(e) = event(Phase::load);
+    e.format = LoadFormat::dummy;
+    e.source = fmt::format("dummy weights (seed {})", m_seed);
+    begin(&Probe::on_load_begin, e);
+    std::vector<std::string> names =
+        call_model(Phase::load, "dummy load", [&] { return dummy_load(*m_model, m_seed); });
+    e.loaded.insert(names.begin(), names.end());
+    // Model B loads exactly these values.
+    for (auto& t : checkpoint_tensors(*m_model)) m_current_weights[t.name] = t.tensor.clone();
     end(&Probe::on_load_end, e);
   }
 
@@ -390,7 +451,7 @@ class Driver final : public RunContext, public HookSink {
         graph->replay();
         return 0;
       });
-      r.replay_output = graph->static_output().clone();
+      r.replay_output = graph->static_output();
       end(&Probe::on_replay_end, r);
 
       m_phase = Phase::compare;
@@ -398,7 +459,7 @@ class Driver final : public RunContext, public HookSink {
       static_cast<PhaseEvent&>(c) = event(Phase::compare);
       c.graph = graph.get();
       c.input = input;
-      c.replay_output = r.replay_output;
+      c.replay_output = r.replay_output.clone();
       begin(&Probe::on_compare_begin, c);
       c.eager_output = call_model(Phase::compare, "forward()", [&] {
         torch::NoGradGuard no_grad;
@@ -411,16 +472,12 @@ class Driver final : public RunContext, public HookSink {
 
   void build_reference() {
     m_reference.reset();
-    m_building_reference = true;
+    m_quiet = true;
     struct Reset {
       bool& flag;
       ~Reset() { flag = false; }
-    } reset{m_building_reference};
-    const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
-    ModelConfig config = m_scenario.config;
-    auto model = call_model(m_phase, "reference model constructor",
-                            [&] { return entry->factory(config); });
-    freeze(*model);
+    } reset{m_quiet};
+    std::unique_ptr<LifecycleModel> model = construct_quiet("reference model");
     std::vector<NamedTensor> weights;
     for (const auto& [name, tensor] : m_current_weights) weights.push_back({name, tensor});
     TensorListWeightStream stream(
@@ -435,6 +492,23 @@ class Driver final : public RunContext, public HookSink {
     });
     m_reference = std::move(model);
     m_reference_cycle = m_cycle;
+  }
+
+  // Another instance of the scenario's model whose hooks reach no probe.
+  std::unique_ptr<LifecycleModel> construct_quiet(const char* what) {
+    const bool was_quiet = m_quiet;
+    m_quiet = true;
+    struct Reset {
+      bool& flag;
+      bool value;
+      ~Reset() { flag = value; }
+    } reset{m_quiet, was_quiet};
+    const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
+    ModelConfig config = m_scenario.config;
+    auto model = call_model(m_phase, what, [&] { return entry->factory(config); });
+    if (!model) throw ModelFailure(m_phase, fmt::format("{}: the factory returned no model", what));
+    freeze(*model);
+    return model;
   }
 
   torch::Tensor input_for(std::int64_t batch_size, int salt) {
@@ -518,7 +592,7 @@ class Driver final : public RunContext, public HookSink {
   std::map<std::string, torch::Tensor> m_current_weights;
   std::unique_ptr<LifecycleModel> m_reference;
   int m_reference_cycle = -1;
-  bool m_building_reference = false;
+  bool m_quiet = false;
   std::map<const void*, std::string> m_module_paths;
 
   Phase m_phase = Phase::construct;

@@ -5,6 +5,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <filesystem>
 #include <set>
 
@@ -85,6 +87,7 @@ class Parser {
     }
     if (const YAML::Node config = model["config"]) {
       if (!config.IsMap()) fail(config, "'model.config' must be a mapping of key: scalar");
+      check_unique_keys(config, "model.config");
       for (const auto& kv : config) {
         const std::string key = kv.first.as<std::string>();
         if (!kv.second.IsScalar()) fail(kv.second, fmt::format("config key '{}' must be a scalar", key));
@@ -97,13 +100,16 @@ class Parser {
       if (format == "checkpoint") {
         s.load = LoadFormat::checkpoint;
       } else if (format == "dummy") {
-        fail(load, "load format 'dummy' is not supported by this version of graphcheck yet: use "
-                   "'checkpoint'");
+        s.load = LoadFormat::dummy;
       } else {
         fail(load, fmt::format("unknown load format '{}': use checkpoint or dummy", format));
       }
     }
     if (const YAML::Node checkpoint = root["checkpoint"]) {
+      if (s.load == LoadFormat::dummy) {
+        fail(checkpoint, "'checkpoint' is a file to load, but this scenario uses load: dummy; "
+                         "drop one of them");
+      }
       std::string path = scalar_string(checkpoint, "checkpoint");
       fs::path p(path);
       if (p.is_relative()) p = fs::path(m_path).parent_path() / p;
@@ -152,7 +158,13 @@ class Parser {
     if (!checks || (checks.IsScalar() && checks.Scalar() == "all")) {
       s.checks = m_catalog.probes;
     } else if (checks.IsSequence()) {
-      for (const auto& c : checks) s.checks.push_back(probe_name(c));
+      for (const auto& c : checks) {
+        std::string probe = probe_name(c);
+        if (std::find(s.checks.begin(), s.checks.end(), probe) != s.checks.end()) {
+          fail(c, fmt::format("probe '{}' is listed twice in checks", probe));
+        }
+        s.checks.push_back(std::move(probe));
+      }
     } else {
       fail(checks, "'checks' must be 'all' or a list of probe names");
     }
@@ -161,6 +173,7 @@ class Parser {
       if (!mutations.IsMap()) {
         fail(mutations, "'mutations' must map each mutation to the probes that must catch it");
       }
+      check_unique_keys(mutations, "mutations");
       for (const auto& kv : mutations) {
         const std::string name = kv.first.as<std::string>();
         if (!m_catalog.is_mutation || !m_catalog.is_mutation(name)) {
@@ -196,10 +209,23 @@ class Parser {
     throw ScenarioError(fmt::format("{}: {}", where(node.Mark()), message));
   }
 
-  void check_keys(const YAML::Node& map, const std::string& context,
-                  const std::vector<std::string>& allowed) const {
+  // Keys must be scalars and unique (yaml-cpp accepts duplicates silently).
+  void check_unique_keys(const YAML::Node& map, const std::string& context) const {
+    std::map<std::string, YAML::Mark> seen;
     for (const auto& kv : map) {
       if (!kv.first.IsScalar()) fail(kv.first, fmt::format("keys in {} must be strings", context));
+      auto [it, inserted] = seen.emplace(kv.first.Scalar(), kv.first.Mark());
+      if (!inserted) {
+        fail(kv.first, fmt::format("key '{}' appears twice in {} (first at {}): keep one",
+                                   kv.first.Scalar(), context, where(it->second)));
+      }
+    }
+  }
+
+  void check_keys(const YAML::Node& map, const std::string& context,
+                  const std::vector<std::string>& allowed) const {
+    check_unique_keys(map, context);
+    for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         fail(kv.first, fmt::format("unknown key '{}' in {}{}: allowed keys are {}", key, context,
@@ -227,7 +253,7 @@ class Parser {
   std::uint64_t unsigned_int(const YAML::Node& node, const std::string& what) const {
     if (node.IsScalar()) {
       const std::string& text = node.Scalar();
-      if (!text.empty() && std::all_of(text.begin(), text.end(), ::isdigit) && text.size() < 20) {
+      if (!text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; }) && text.size() < 20) {
         return std::stoull(text);
       }
     }
@@ -255,11 +281,15 @@ class Parser {
       if (used == text.size()) return static_cast<std::int64_t>(i);
     } catch (...) {
     }
-    try {
-      std::size_t used = 0;
-      double d = std::stod(text, &used);
-      if (used == text.size()) return d;
-    } catch (...) {
+    // Decimal numbers only: stod would also take hex ("0x10"), "nan" and "inf".
+    const bool decimal = !text.empty() && text.find_first_not_of("0123456789+-.eE") == std::string::npos;
+    if (decimal) {
+      try {
+        std::size_t used = 0;
+        double d = std::stod(text, &used);
+        if (used == text.size()) return d;
+      } catch (...) {
+      }
     }
     return text;
   }
@@ -280,7 +310,11 @@ std::vector<std::string> collect_scenario_files(const std::vector<std::string>& 
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
       std::vector<std::string> found;
-      for (const auto& entry : fs::recursive_directory_iterator(path)) {
+      fs::recursive_directory_iterator it(path, ec), end;
+      if (ec) throw ScenarioError(fmt::format("{}: cannot read the directory: {}", path, ec.message()));
+      for (; it != end; it.increment(ec)) {
+        if (ec) throw ScenarioError(fmt::format("{}: cannot read the directory: {}", path, ec.message()));
+        const auto& entry = *it;
         const auto ext = entry.path().extension();
         if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
           found.push_back(entry.path().string());

@@ -79,6 +79,19 @@ class TensorAttributes {
   std::unordered_map<const c10::TensorImpl*, Entry> m_entries;
 };
 
+// A lifecycle hook the model promises to run (DESIGN §1.2). The hooks probe checks that it ran
+// for every matching module, for every listed load, before the first forward and never inside it.
+struct ExpectedHook {
+  // Module path pattern: "layers.*.experts" ('*' one path component, "**" anything), "(root)"
+  // for module() itself, "(model)" for the LifecycleModel object.
+  std::string module;
+  std::string hook;
+  // Loads it must run on: "checkpoint", "dummy" (initial load formats) and "refit".
+  std::vector<std::string> on = {"checkpoint", "dummy", "refit"};
+  // Hooks that must run before it within the same load (first and last calls ordered).
+  std::vector<std::string> after;
+};
+
 class LifecycleModel {
  public:
   virtual ~LifecycleModel() = default;
@@ -108,6 +121,9 @@ class LifecycleModel {
   // A full checkpoint, deterministic in `seed`, in the checkpoint layout. The default draws every
   // persistent parameter and buffer from a seeded normal distribution (integers: small range).
   virtual std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed);
+
+  // The hooks this model promises to run (GRAPHCHECK_HOOK announces each call).
+  [[nodiscard]] virtual std::vector<ExpectedHook> expected_hooks() const { return {}; }
 
   [[nodiscard]] TensorAttributes& tensor_attributes() { return m_attributes; }
   [[nodiscard]] const TensorAttributes& tensor_attributes() const { return m_attributes; }

@@ -42,7 +42,7 @@ struct CaptureEvent : PhaseEvent {
 
 struct ReplayEvent : PhaseEvent {
   const CapturedGraph* graph = nullptr;
-  torch::Tensor replay_output;  // end only
+  torch::Tensor replay_output;  // end only: the graph's static output buffer (not a copy)
 };
 
 // After a replay: the same input run eagerly through the captured model A.
@@ -71,6 +71,11 @@ class RunContext {
   // Model B: constructed fresh and loaded in one go with the weights A should hold now (the
   // initial checkpoint overlaid with every refit so far), then PWAL. Built once per cycle.
   [[nodiscard]] virtual LifecycleModel& reference_model() = 0;
+  // Runs process_weights_after_loading() on model A once more, outside the hook ledger (its hook
+  // announcements reach no probe). For the idempotence check.
+  virtual void rerun_pwal() = 0;
+  // Every module path of model A: "(model)", "(root)", then module()'s submodules ("layers.0").
+  [[nodiscard]] virtual std::vector<std::string> module_paths() = 0;
   // Writing results.
   virtual void add_finding(Finding finding) = 0;
   virtual void add_measurement(Measurement measurement) = 0;

@@ -1,0 +1,230 @@
+// hooks: the hook ledger. Models announce hook calls (GRAPHCHECK_HOOK) and declare the hooks
+// they promise (LifecycleModel::expected_hooks()). Fails when a declared hook did not run for a
+// load (checkpoint, dummy, each refit) on a module it covers, ran out of the declared order, ran
+// inside forward or replay, or when a second process_weights_after_loading() changes any
+// tensor's content (xxHash fingerprint) or address (not idempotent).
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "fingerprint.h"
+#include "glob.h"
+#include "graphcheck/probe.h"
+#include "tensor_format.h"
+
+namespace graphcheck {
+namespace {
+
+struct Call {
+  std::string module;
+  std::string hook;
+};
+
+// One load: the initial load (until the first forward) or one refit cycle.
+struct Window {
+  std::string kind;  // checkpoint | dummy | refit
+  int cycle = 0;
+  std::vector<Call> calls;
+};
+
+struct TensorState {
+  const void* address = nullptr;
+  std::vector<std::int64_t> sizes;
+  std::uint64_t fingerprint = 0;
+};
+
+bool inside_forward(Phase phase) {
+  return phase == Phase::warmup || phase == Phase::capture || phase == Phase::replay ||
+         phase == Phase::compare;
+}
+
+std::string load_name(const Window& w) {
+  if (w.kind == "refit") return fmt::format("refit cycle {}", w.cycle);
+  return fmt::format("{} load", w.kind);
+}
+
+class HooksProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "hooks"; }
+
+  void on_load_begin(RunContext&, const LoadEvent& e) override {
+    if (!e.refit) m_window = Window{to_string(e.format), e.cycle, {}};
+  }
+  void on_refit_begin(RunContext&, const PhaseEvent& e) override {
+    m_window = Window{"refit", e.cycle, {}};
+  }
+  void on_refit_end(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
+  void on_warmup_begin(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
+
+  void on_hook(RunContext& ctx, const HookEvent& e) override {
+    if (inside_forward(e.phase)) {
+      auto& count = m_in_forward[{e.module_path, e.hook, to_string(e.phase)}];
+      if (count++ == 0) {
+        Finding f;
+        f.probe = "hooks";
+        f.phase = to_string(e.phase);
+        f.cycle = e.cycle;
+        f.subject = fmt::format("{} on {}", e.hook, e.module_path);
+        f.message = fmt::format(
+            "hook '{}' of module '{}' ran inside forward (phase {}): a finalize in forward puts "
+            "heavy work (allocate new, free old) into the first forward or the captured graph; "
+            "run it in process_weights_after_loading() only",
+            e.hook, e.module_path, to_string(e.phase));
+        f.evidence = {{"hook", e.hook}, {"module", e.module_path}, {"phase", to_string(e.phase)}};
+        ctx.add_finding(std::move(f));
+      }
+      return;
+    }
+    if (m_window) m_window->calls.push_back({e.module_path, e.hook});
+  }
+
+  // Idempotence: a second PWAL must change nothing.
+  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override {
+    const auto before = snapshot(ctx);
+    ctx.rerun_pwal();
+    const auto after = snapshot(ctx);
+    for (const auto& [name, b] : before) {
+      auto it = after.find(name);
+      std::string what;
+      std::vector<std::pair<std::string, std::string>> evidence = {{"tensor", name}};
+      if (it == after.end()) {
+        what = "removed it";
+      } else if (it->second.address != b.address || it->second.sizes != b.sizes) {
+        what = fmt::format("moved it from {} {} to {} {}", address_string(b.address),
+                           shape_string(b.sizes), address_string(it->second.address),
+                           shape_string(it->second.sizes));
+        evidence.push_back({"old_address", address_string(b.address)});
+        evidence.push_back({"new_address", address_string(it->second.address)});
+      } else if (it->second.fingerprint != b.fingerprint) {
+        what = fmt::format("changed its content (xxh3 {:016x} -> {:016x})", b.fingerprint,
+                           it->second.fingerprint);
+        evidence.push_back({"fingerprint_before", fmt::format("{:016x}", b.fingerprint)});
+        evidence.push_back({"fingerprint_after", fmt::format("{:016x}", it->second.fingerprint)});
+      } else {
+        continue;
+      }
+      Finding f;
+      f.probe = "hooks";
+      f.cycle = e.cycle;
+      f.subject = name;
+      f.message = fmt::format(
+          "a second process_weights_after_loading() {} of tensor '{}' (cycle {}): PWAL must be "
+          "idempotent, since both the loader and load_weights() may call it",
+          what, name, e.cycle);
+      f.evidence = std::move(evidence);
+      ctx.add_finding(std::move(f));
+    }
+  }
+
+  void on_scenario_end(RunContext&) override { m_window.reset(); }
+
+ private:
+  static std::map<std::string, TensorState> snapshot(RunContext& ctx) {
+    std::map<std::string, TensorState> out;
+    for (const auto& t : live_tensors(ctx.model())) {
+      if (!t.tensor.defined()) continue;
+      out[t.name] = {t.tensor.has_storage() ? t.tensor.data_ptr() : nullptr, t.tensor.sizes().vec(),
+                     fingerprint(t.tensor)};
+    }
+    return out;
+  }
+
+  void close_window(RunContext& ctx) {
+    if (!m_window) return;
+    const Window w = std::move(*m_window);
+    m_window.reset();
+    const std::vector<std::string> modules = ctx.module_paths();
+    const std::vector<ExpectedHook> expected = ctx.model().expected_hooks();
+
+    std::map<std::string, std::pair<int, int>> span;  // hook -> first, last call index
+    for (int i = 0; i < static_cast<int>(w.calls.size()); ++i) {
+      auto [it, inserted] = span.emplace(w.calls[i].hook, std::make_pair(i, i));
+      if (!inserted) it->second.second = i;
+    }
+    Measurement m;
+    m.tag = "gc/hooks/calls";
+    m.value = static_cast<double>(w.calls.size());
+    m.unit = "calls";
+    m.phase = w.kind == "refit" ? "refit" : "load";
+    m.cycle = w.cycle;
+    ctx.add_measurement(std::move(m));
+
+    for (const ExpectedHook& ex : expected) {
+      if (std::find(ex.on.begin(), ex.on.end(), w.kind) == ex.on.end()) continue;
+      std::vector<std::string> matched;
+      for (const auto& path : modules) {
+        if (path_matches(ex.module, path)) matched.push_back(path);
+      }
+      if (matched.empty()) {
+        add(ctx, w, ex.hook,
+            fmt::format("declared hook '{}' names modules '{}', which matches no module of the "
+                        "model: fix expected_hooks() (module paths look like '{}')",
+                        ex.hook, ex.module, modules.size() > 2 ? modules[2] : modules.back()),
+            {{"hook", ex.hook}, {"pattern", ex.module}});
+        continue;
+      }
+      for (const auto& module : matched) {
+        const bool ran = std::any_of(w.calls.begin(), w.calls.end(), [&](const Call& c) {
+          return c.module == module && c.hook == ex.hook;
+        });
+        if (ran) continue;
+        add(ctx, w, fmt::format("{} on {}", ex.hook, module),
+            fmt::format("hook '{}' did not run for module '{}' on the {}: the loader calls "
+                        "process_weights_after_loading() for every load format and every refit; "
+                        "call the hook from there (not only from load_weights() or forward())",
+                        ex.hook, module, load_name(w)),
+            {{"hook", ex.hook},
+             {"module", module},
+             {"load", load_name(w)},
+             {"calls_in_this_load", std::to_string(w.calls.size())}});
+      }
+      auto h = span.find(ex.hook);
+      for (const auto& before : ex.after) {
+        auto b = span.find(before);
+        if (h == span.end() || b == span.end()) continue;
+        if (h->second.first > b->second.first && b->second.second < h->second.second) continue;
+        add(ctx, w, ex.hook,
+            fmt::format("hook '{}' ran before '{}' finished on the {} (calls: {}): the declared "
+                        "order is '{}' after '{}'",
+                        ex.hook, before, load_name(w), sequence(w), ex.hook, before),
+            {{"hook", ex.hook}, {"must_follow", before}, {"load", load_name(w)},
+             {"calls", sequence(w)}});
+      }
+    }
+  }
+
+  static std::string sequence(const Window& w) {
+    std::vector<std::string> parts;
+    for (const auto& c : w.calls) parts.push_back(c.hook + "@" + c.module);
+    return fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  static void add(RunContext& ctx, const Window& w, std::string subject, std::string message,
+                  std::vector<std::pair<std::string, std::string>> evidence) {
+    Finding f;
+    f.probe = "hooks";
+    f.phase = w.kind == "refit" ? "refit" : "load";
+    f.cycle = w.cycle;
+    f.subject = std::move(subject);
+    f.message = std::move(message);
+    f.evidence = std::move(evidence);
+    ctx.add_finding(std::move(f));
+  }
+
+  std::optional<Window> m_window;
+  std::map<std::tuple<std::string, std::string, std::string>, int> m_in_forward;
+};
+
+}  // namespace
+
+GRAPHCHECK_REGISTER_PROBE("hooks",
+                          "declared hooks run for every load format and refit, in order, never "
+                          "in forward; PWAL is idempotent",
+                          HooksProbe);
+
+}  // namespace graphcheck

@@ -1,0 +1,172 @@
+// memory: live CPU bytes at every phase boundary and the peak inside each phase, from a counting
+// wrapper around libtorch's CPU allocator. Fails when
+//  - an eager warm-up forward leaves allocations that outlive it (a lazy finalize in forward:
+//    memory is not at steady state when profiling or capture happens),
+//  - live bytes grow from one refit cycle to the next,
+//  - a replay leaves allocations that outlive it.
+// Tolerance: kToleranceBytes, reported with every verdict.
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "counting_allocator.h"
+#include "graphcheck/probe.h"
+
+namespace graphcheck {
+namespace {
+
+constexpr std::int64_t kToleranceBytes = 0;
+
+class MemoryProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "memory"; }
+
+  void on_scenario_begin(RunContext&) override {
+    CountingCpuAllocator::instance().install();
+    m_installed = true;
+  }
+  void on_scenario_end(RunContext& ctx) override {
+    if (m_installed) CountingCpuAllocator::instance().uninstall();
+    m_installed = false;
+    Measurement m;
+    m.tag = "gc/memory/tolerance_bytes";
+    m.value = kToleranceBytes;
+    m.unit = "bytes";
+    m.phase = "scenario";
+    ctx.add_measurement(std::move(m));
+  }
+
+  void on_construct_begin(RunContext&, const PhaseEvent&) override { push(); }
+  void on_construct_end(RunContext& ctx, const PhaseEvent& e) override { pop(ctx, e); }
+  void on_load_begin(RunContext&, const LoadEvent&) override { push(); }
+  void on_load_end(RunContext& ctx, const LoadEvent& e) override { pop(ctx, e); }
+  void on_pwal_begin(RunContext&, const PhaseEvent&) override { push(); }
+  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override { pop(ctx, e); }
+  void on_capture_begin(RunContext&, const CaptureEvent&) override { push(); }
+  void on_capture_end(RunContext& ctx, const CaptureEvent& e) override { pop(ctx, e); }
+  void on_compare_begin(RunContext&, const CompareEvent&) override { push(); }
+  void on_compare_end(RunContext& ctx, const CompareEvent& e) override { pop(ctx, e); }
+  void on_refit_begin(RunContext&, const PhaseEvent&) override { push(); }
+
+  void on_warmup_begin(RunContext&, const PhaseEvent&) override { push(); }
+  void on_warmup_end(RunContext& ctx, const PhaseEvent& e) override {
+    const Frame f = pop(ctx, e);
+    if (f.persistent > kToleranceBytes) {
+      report(ctx, e, "eager forward",
+             fmt::format("the eager forward at batch size {} left {} bytes allocated that outlive "
+                         "it (tolerance {} bytes): a finalize ran lazily inside forward, so memory "
+                         "is not at steady state when profiling or capture happens; run it in "
+                         "process_weights_after_loading()",
+                         e.batch_size, f.persistent, kToleranceBytes),
+             f);
+    }
+  }
+
+  void on_replay_begin(RunContext&, const ReplayEvent&) override { push(); }
+  void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
+    const Frame f = pop(ctx, e);
+    if (f.persistent > kToleranceBytes) {
+      report(ctx, e, "graph replay",
+             fmt::format("replay of the graph for batch size {} left {} bytes allocated that "
+                         "outlive it (tolerance {} bytes): a captured graph must not allocate",
+                         e.batch_size, f.persistent, kToleranceBytes),
+             f);
+    }
+  }
+
+  void on_refit_end(RunContext& ctx, const PhaseEvent& e) override {
+    const Frame f = pop(ctx, e);
+    const std::int64_t live = f.live_end;
+    if (m_last_refit_live && live - *m_last_refit_live > kToleranceBytes) {
+      const std::int64_t growth = live - *m_last_refit_live;
+      Finding finding;
+      finding.probe = "memory";
+      finding.cycle = e.cycle;
+      finding.subject = "live bytes across refit cycles";
+      finding.message = fmt::format(
+          "live CPU bytes grew by {} from refit cycle {} to {} ({} -> {} bytes, tolerance {}): "
+          "something is allocated anew on every refit and the old one is kept alive (often by a "
+          "captured graph that still reads it)",
+          growth, e.cycle - 1, e.cycle, *m_last_refit_live, live, kToleranceBytes);
+      finding.evidence = {{"growth_bytes", std::to_string(growth)},
+                          {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
+                          {"live_bytes", std::to_string(live)},
+                          {"tolerance_bytes", std::to_string(kToleranceBytes)}};
+      ctx.add_finding(std::move(finding));
+    }
+    m_last_refit_live = live;
+  }
+
+ private:
+  struct Frame {
+    std::uint64_t moment = 0;
+    std::int64_t live_begin = 0;
+    std::int64_t peak = 0;
+    std::int64_t live_end = 0;
+    std::int64_t persistent = 0;  // allocated inside the phase, alive at its end
+  };
+
+  void push() {
+    auto& counter = CountingCpuAllocator::instance();
+    if (!m_stack.empty()) m_stack.back().peak = std::max(m_stack.back().peak, counter.peak_bytes());
+    counter.reset_peak();
+    m_stack.push_back({counter.now(), counter.live_bytes(), counter.live_bytes(), 0, 0});
+  }
+
+  Frame pop(RunContext& ctx, const PhaseEvent& e) {
+    auto& counter = CountingCpuAllocator::instance();
+    if (m_stack.empty()) return {};
+    Frame f = m_stack.back();
+    m_stack.pop_back();
+    f.peak = std::max(f.peak, counter.peak_bytes());
+    f.live_end = counter.live_bytes();
+    f.persistent = counter.alive_since(f.moment);
+    if (!m_stack.empty()) m_stack.back().peak = std::max(m_stack.back().peak, f.peak);
+    counter.reset_peak();
+    const std::string phase = to_string(e.phase);
+    measure(ctx, e, fmt::format("gc/memory/{}/live_bytes", phase), f.live_end);
+    measure(ctx, e, fmt::format("gc/memory/{}/peak_bytes", phase), f.peak);
+    measure(ctx, e, fmt::format("gc/memory/{}/persistent_bytes", phase), f.persistent);
+    return f;
+  }
+
+  static void measure(RunContext& ctx, const PhaseEvent& e, std::string tag, std::int64_t v) {
+    Measurement m;
+    m.tag = std::move(tag);
+    m.value = static_cast<double>(v);
+    m.unit = "bytes";
+    m.cycle = e.cycle;
+    m.batch_size = e.batch_size;
+    ctx.add_measurement(std::move(m));
+  }
+
+  static void report(RunContext& ctx, const PhaseEvent& e, std::string subject, std::string message,
+                     const Frame& f) {
+    Finding finding;
+    finding.probe = "memory";
+    finding.cycle = e.cycle;
+    finding.batch_size = e.batch_size;
+    finding.subject = std::move(subject);
+    finding.message = std::move(message);
+    finding.evidence = {{"persistent_bytes", std::to_string(f.persistent)},
+                        {"live_bytes_before", std::to_string(f.live_begin)},
+                        {"live_bytes_after", std::to_string(f.live_end)},
+                        {"peak_bytes", std::to_string(f.peak)},
+                        {"tolerance_bytes", std::to_string(kToleranceBytes)}};
+    ctx.add_finding(std::move(finding));
+  }
+
+  bool m_installed = false;
+  std::vector<Frame> m_stack;
+  std::optional<std::int64_t> m_last_refit_live;
+};
+
+}  // namespace
+
+GRAPHCHECK_REGISTER_PROBE("memory",
+                          "memory reaches steady state: no lazy allocation in forward, no growth "
+                          "across refits, no allocation in replay",
+                          MemoryProbe);
+
+}  // namespace graphcheck
