@@ -63,6 +63,8 @@ Scenario tiny_scenario(std::vector<std::string> checks = {}) {
   s.config.set("layers", std::int64_t{1});
   s.config.set("hidden", std::int64_t{8});
   s.config.set("hc_mult", std::int64_t{2});
+  s.config.set("experts", std::int64_t{2});
+  s.config.set("intermediate", std::int64_t{4});
   s.batch_sizes = {1, 2};
   s.cycles = {RefitSpec{2, {}, ""}};
   s.checks = std::move(checks);
@@ -74,6 +76,20 @@ RunOptions options_with(std::vector<Probe*> probes) {
   o.work_dir = std::string(GRAPHCHECK_TEST_BINARY_DIR) + "/driver_events_work";
   o.extra_probes = std::move(probes);
   return o;
+}
+
+// dsv4's load_weights() runs PWAL itself, then the loader runs it again: the hooks fire in both
+// phases, MegaMoE before mHC.
+template <class Begin, class End>
+void hooks_in_load_and_pwal(int cycle, Begin& begin, End& end) {
+  begin(fmt::format("load_begin load@{} b0", cycle));
+  begin(fmt::format("hook layers.0.experts finalize_mega_moe_weights in load@{}", cycle));
+  begin(fmt::format("hook layers.0 finalize_mhc_broadcast_weights in load@{}", cycle));
+  end(fmt::format("load_end[6 tensors] load@{} b0", cycle));
+  begin(fmt::format("pwal_begin pwal@{} b0", cycle));
+  begin(fmt::format("hook layers.0.experts finalize_mega_moe_weights in pwal@{}", cycle));
+  begin(fmt::format("hook layers.0 finalize_mhc_broadcast_weights in pwal@{}", cycle));
+  end(fmt::format("pwal_end pwal@{} b0", cycle));
 }
 
 // Expected events for one probe, or for two probes interleaved (begin A B, end B A).
@@ -88,11 +104,7 @@ std::vector<std::string> expected(const std::vector<std::string>& ids) {
   begin("scenario_begin");
   begin("construct_begin construct@0 b0");
   end("construct_end construct@0 b0");
-  begin("load_begin load@0 b0");
-  end("load_end[3 tensors] load@0 b0");
-  begin("pwal_begin pwal@0 b0");
-  begin("hook layers.0 finalize_mhc_broadcast_weights in pwal@0");
-  end("pwal_end pwal@0 b0");
+  hooks_in_load_and_pwal(0, begin, end);
   for (int b : {1, 2}) {
     begin(fmt::format("warmup_begin warmup@0 b{}", b));
     end(fmt::format("warmup_end warmup@0 b{}", b));
@@ -104,11 +116,7 @@ std::vector<std::string> expected(const std::vector<std::string>& ids) {
   for (int cycle : {0, 1}) {
     if (cycle == 1) {
       begin("refit_begin refit@1 b0");
-      begin("load_begin load@1 b0");
-      end("load_end[3 tensors] load@1 b0");
-      begin("pwal_begin pwal@1 b0");
-      begin("hook layers.0 finalize_mhc_broadcast_weights in pwal@1");
-      end("pwal_end pwal@1 b0");
+      hooks_in_load_and_pwal(1, begin, end);
       end("refit_end refit@1 b0");
     }
     for (int b : {1, 2}) {
@@ -138,14 +146,32 @@ TEST(DriverEvents, BeginEventsInProbeOrderEndEventsReversed) {
   EXPECT_EQ(log, expected({"A", "B"}));
 }
 
-TEST(DriverEvents, ReferenceModelHooksAreNotReported) {
-  // replay_diff builds model B in every compare phase; B's PWAL hooks must not reach probes.
+TEST(DriverEvents, ReferenceModelAndRerunHooksAreNotReported) {
+  // replay_diff builds model B in every compare phase, hooks re-runs PWAL after every PWAL, and
+  // every checkpoint is synthesized by a fresh model: none of their hooks may reach probes.
   std::vector<std::string> log;
   RecordingProbe probe("A", log);
-  ScenarioRecord r = run_scenario(tiny_scenario({"replay_diff", "address"}), options_with({&probe}));
+  ScenarioRecord r = run_scenario(tiny_scenario({"replay_diff", "address", "hooks", "memory"}),
+                                  options_with({&probe}));
   EXPECT_EQ(r.status, Status::passed) << r.reason;
   EXPECT_EQ(log, expected({"A"}));
-  EXPECT_EQ(r.probes, (std::vector<std::string>{"replay_diff", "address"}));
+  EXPECT_EQ(r.probes, (std::vector<std::string>{"replay_diff", "address", "hooks", "memory"}));
+}
+
+TEST(DriverEvents, DummyLoadSkipsLoadWeightsAndRunsPwal) {
+  std::vector<std::string> log;
+  RecordingProbe probe("A", log);
+  Scenario s = tiny_scenario();
+  s.load = LoadFormat::dummy;
+  s.cycles.clear();
+  ScenarioRecord r = run_scenario(s, options_with({&probe}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  const std::vector<std::string> head(log.begin() + 3, log.begin() + 8);
+  EXPECT_EQ(head, (std::vector<std::string>{
+                      "A load_begin load@0 b0", "A load_end[6 tensors] load@0 b0",
+                      "A pwal_begin pwal@0 b0",
+                      "A hook layers.0.experts finalize_mega_moe_weights in pwal@0",
+                      "A hook layers.0 finalize_mhc_broadcast_weights in pwal@0"}));
 }
 
 // ---- failures -------------------------------------------------------------------------------

@@ -166,7 +166,17 @@ mutations:
 
   EXPECT_THAT(s.checks, ElementsAre("address", "replay_diff"));
   ASSERT_EQ(s.mutations.size(), 1u);
-  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"), ElementsAre("address", "replay_diff"));
+  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"),
+              ElementsAre("address", "replay_diff", "hooks"));
+}
+
+TEST(ScenarioRepoFileTest, EveryShippedScenarioParsesWithTheDefaultCatalog) {
+  const auto files =
+      collect_scenario_files({std::string(GRAPHCHECK_TEST_SOURCE_DIR) + "/scenarios"});
+  ASSERT_GE(files.size(), 6u);
+  for (const auto& file : files) {
+    EXPECT_NO_THROW((void)parse_scenario_file(file, default_catalog())) << file;
+  }
 }
 
 TEST_F(ScenarioFileTest, MinimalScenarioGetsTheDefaults) {
@@ -232,7 +242,17 @@ TEST(ScenarioRepoFileTest, DsV4MhcRefitParsesWithTheDefaultCatalog) {
   EXPECT_EQ(s.cycles[2].seed, 4u);
   EXPECT_EQ(s.checks, catalog.probes);  // checks: all
   ASSERT_EQ(s.mutations.count("mhc.rebind_broadcast"), 1u);
-  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"), ElementsAre("address", "replay_diff"));
+  EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"),
+              ElementsAre("address", "replay_diff", "hooks"));
+}
+
+TEST(ScenarioRepoFileTest, EveryShippedScenarioParsesWithTheDefaultCatalog) {
+  const auto files =
+      collect_scenario_files({std::string(GRAPHCHECK_TEST_SOURCE_DIR) + "/scenarios"});
+  ASSERT_GE(files.size(), 6u);
+  for (const auto& file : files) {
+    EXPECT_NO_THROW((void)parse_scenario_file(file, default_catalog())) << file;
+  }
 }
 
 TEST_F(ScenarioFileTest, RelativeCheckpointIsResolvedAgainstTheScenarioDirectory) {

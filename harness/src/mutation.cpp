@@ -40,6 +40,12 @@ std::vector<Info> all() {
   return infos;
 }
 
+bool applies_to(const Info& info, std::string_view fixture) {
+  if (info.owner == "driver" || info.owner == fixture) return true;
+  return fixture.size() > info.owner.size() && fixture.substr(0, info.owner.size()) == info.owner &&
+         fixture[info.owner.size()] == '_';
+}
+
 bool enabled(std::string_view name) {
   if (!t_enabled) return false;
   for (const auto& n : *t_enabled) {

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
@@ -129,7 +130,7 @@ int cmd_run(const RunArgs& args) {
     std::string not_applicable;
     for (const auto& name : args.mutations) {
       const gc::mutation::Info* info = gc::mutation::find(name);
-      if (info->owner != "driver" && info->owner != s.fixture) {
+      if (!gc::mutation::applies_to(*info, s.fixture)) {
         not_applicable = fmt::format("mutation '{}' belongs to fixture '{}', not '{}'", name,
                                      info->owner, s.fixture);
       }
@@ -183,6 +184,101 @@ int cmd_run(const RunArgs& args) {
     return kExitUsage;
   }
   return run.exit_code();
+}
+
+// ---- mutants ------------------------------------------------------------------------------
+
+struct MutantsArgs {
+  std::vector<std::string> paths;
+  std::string backend = "auto";
+  std::string report_dir = "reports/out";
+};
+
+// Runs every scenario clean and with each mutation it declares; prints the kill matrix.
+int cmd_mutants(const MutantsArgs& args) {
+  bool ok = true;
+  const bool whole_suite = args.paths.empty();
+  std::vector<std::string> paths = whole_suite ? std::vector<std::string>{"scenarios"} : args.paths;
+  std::vector<gc::Scenario> scenarios = load_scenarios(paths, ok);
+  if (!ok) return kExitUsage;
+
+  std::vector<std::string> probes = gc::ProbeRegistry::get().names();
+  probes.push_back("driver");
+  gc::RunRecord run;
+  run.tool_version = GRAPHCHECK_VERSION;
+  run.started_at = now_iso8601();
+  const auto start = std::chrono::steady_clock::now();
+  int problems = 0;
+  std::set<std::string> declared_anywhere;
+
+  std::string header = fmt::format("{:<30} {:<34}", "scenario", "mutation");
+  for (const auto& p : probes) header += fmt::format(" {:>11}", p);
+  fmt::print("{}  verdict\n", header);
+  auto row = [&](const gc::Scenario& s, const std::string& mutation, const gc::ScenarioRecord& r,
+                 const std::vector<std::string>& declared) {
+    const auto failed = r.failed_probes();
+    std::string line = fmt::format("{:<30} {:<34}", s.name, mutation.empty() ? "(clean)" : mutation);
+    std::vector<std::string> missed;
+    for (const auto& p : probes) {
+      const bool want = std::find(declared.begin(), declared.end(), p) != declared.end();
+      const bool got = failed.count(p) > 0;
+      if (want && !got) missed.push_back(p);
+      line += fmt::format(" {:>11}", want ? (got ? "KILLED" : "MISSED") : (got ? "failed" : "."));
+    }
+    std::string verdict;
+    if (r.status == gc::Status::error || r.status == gc::Status::crashed) {
+      verdict = fmt::format("{}: {}", gc::to_string(r.status), r.reason);
+    } else if (mutation.empty()) {
+      verdict = r.status == gc::Status::passed ? "ok" : "FAIL: the clean run fails";
+    } else if (!missed.empty()) {
+      verdict = fmt::format("FAIL: not caught by {}", fmt::join(missed, ", "));
+    } else {
+      verdict = "ok";
+    }
+    if (verdict != "ok") ++problems;
+    fmt::print("{}  {}\n", line, verdict);
+    std::cout.flush();
+  };
+
+  for (const auto& s : scenarios) {
+    gc::RunOptions options;
+    options.backend = args.backend;
+    options.work_dir = (fs::path(args.report_dir) / "work").string();
+    gc::ScenarioRecord clean = gc::run_scenario(s, options);
+    row(s, "", clean, {});
+    run.scenarios.push_back(std::move(clean));
+    for (const auto& [mutation, declared] : s.mutations) {
+      declared_anywhere.insert(mutation);
+      if (!gc::mutation::applies_to(*gc::mutation::find(mutation), s.fixture)) {
+        fmt::print("{:<30} {:<34}  FAIL: the mutation belongs to fixture '{}'\n", s.name, mutation,
+                   gc::mutation::find(mutation)->owner);
+        ++problems;
+        continue;
+      }
+      options.mutations = {mutation};
+      gc::ScenarioRecord r = gc::run_scenario(s, options);
+      row(s, mutation, r, declared);
+      run.scenarios.push_back(std::move(r));
+    }
+  }
+  if (whole_suite) {
+    for (const auto& m : gc::mutation::all()) {
+      if (declared_anywhere.count(m.name)) continue;
+      fmt::print("mutation {} is declared by no scenario: no probe is shown to catch it\n", m.name);
+      ++problems;
+    }
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string json = (fs::path(args.report_dir) / "mutants.json").string();
+  try {
+    gc::JsonReporter(json).on_run_done(run);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck: writing {} failed: {}\n", json, e.what());
+    return kExitHarness;
+  }
+  fmt::print("\n{} runs, {} problems ({:.1f} s); report: {}\n", run.scenarios.size(), problems,
+             run.seconds, json);
+  return problems == 0 ? kExitPassed : 1;
 }
 
 // ---- list ---------------------------------------------------------------------------------
@@ -325,6 +421,16 @@ int main(int argc, char** argv) {
   run->add_option("--junit", run_args.junit, "JUnit XML path (default REPORT_DIR/junit.xml)");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
 
+  MutantsArgs mutants_args;
+  CLI::App* mutants = app.add_subcommand(
+      "mutants", "Run each scenario clean and with every mutation it declares; print the kill "
+                 "matrix (exit 1 when a declared probe misses its mutation or a clean run fails)");
+  mutants->add_option("paths", mutants_args.paths, "Scenario files or directories (default: scenarios/)");
+  mutants->add_option("--backend", mutants_args.backend, "Graph backend: auto, emulated or cuda")
+      ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
+  mutants->add_option("--report-dir", mutants_args.report_dir, "Where mutants.json goes")
+      ->capture_default_str();
+
   std::vector<std::string> list_paths;
   CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");
   list->add_option("paths", list_paths, "Scenario files or directories (default: scenarios/)");
@@ -350,6 +456,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*run) return cmd_run(run_args);
+    if (*mutants) return cmd_mutants(mutants_args);
     if (*list) return cmd_list(list_paths);
     if (*inspect) return cmd_inspect(inspect_files, inspect_values);
   } catch (const std::exception& e) {

@@ -82,12 +82,20 @@ class TensorAttributes {
 // A lifecycle hook the model promises to run (DESIGN §1.2). The hooks probe checks that it ran
 // for every matching module, for every listed load, before the first forward and never inside it.
 struct ExpectedHook {
+  ExpectedHook(std::string module_pattern, std::string hook_name,
+               std::vector<std::string> after_hooks = {},
+               std::vector<std::string> loads = {"checkpoint", "dummy", "refit"})
+      : module(std::move(module_pattern)),
+        hook(std::move(hook_name)),
+        on(std::move(loads)),
+        after(std::move(after_hooks)) {}
+
   // Module path pattern: "layers.*.experts" ('*' one path component, "**" anything), "(root)"
   // for module() itself, "(model)" for the LifecycleModel object.
   std::string module;
   std::string hook;
   // Loads it must run on: "checkpoint", "dummy" (initial load formats) and "refit".
-  std::vector<std::string> on = {"checkpoint", "dummy", "refit"};
+  std::vector<std::string> on;
   // Hooks that must run before it within the same load (first and last calls ordered).
   std::vector<std::string> after;
 };

@@ -17,7 +17,9 @@ namespace graphcheck::mutation {
 
 struct Info {
   std::string name;
-  std::string owner;        // fixture name, or "driver"
+  // The fixture it belongs to, or "driver" for generic ones. A fixture owner also covers the
+  // fixtures of its family ("dsv4" covers "dsv4_mtp").
+  std::string owner;
   std::string description;  // what bug it re-introduces
 };
 
@@ -25,6 +27,9 @@ struct Info {
 bool add(std::string name, std::string owner, std::string description);
 [[nodiscard]] const Info* find(std::string_view name);
 [[nodiscard]] std::vector<Info> all();
+
+// Whether the mutation can act on a scenario of `fixture`.
+[[nodiscard]] bool applies_to(const Info& info, std::string_view fixture);
 
 // True when `name` is enabled in the scenario running on this thread.
 [[nodiscard]] bool enabled(std::string_view name);

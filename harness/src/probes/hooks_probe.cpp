@@ -93,15 +93,15 @@ class HooksProbe final : public EmptyProbe {
       std::string what;
       std::vector<std::pair<std::string, std::string>> evidence = {{"tensor", name}};
       if (it == after.end()) {
-        what = "removed it";
+        what = "it disappeared";
       } else if (it->second.address != b.address || it->second.sizes != b.sizes) {
-        what = fmt::format("moved it from {} {} to {} {}", address_string(b.address),
+        what = fmt::format("it moved from {} {} to {} {}", address_string(b.address),
                            shape_string(b.sizes), address_string(it->second.address),
                            shape_string(it->second.sizes));
         evidence.push_back({"old_address", address_string(b.address)});
         evidence.push_back({"new_address", address_string(it->second.address)});
       } else if (it->second.fingerprint != b.fingerprint) {
-        what = fmt::format("changed its content (xxh3 {:016x} -> {:016x})", b.fingerprint,
+        what = fmt::format("its content changed (xxh3 {:016x} -> {:016x})", b.fingerprint,
                            it->second.fingerprint);
         evidence.push_back({"fingerprint_before", fmt::format("{:016x}", b.fingerprint)});
         evidence.push_back({"fingerprint_after", fmt::format("{:016x}", it->second.fingerprint)});
@@ -113,9 +113,9 @@ class HooksProbe final : public EmptyProbe {
       f.cycle = e.cycle;
       f.subject = name;
       f.message = fmt::format(
-          "a second process_weights_after_loading() {} of tensor '{}' (cycle {}): PWAL must be "
-          "idempotent, since both the loader and load_weights() may call it",
-          what, name, e.cycle);
+          "tensor '{}' is not stable under a second process_weights_after_loading() (cycle {}): "
+          "{}; PWAL must be idempotent, since both the loader and load_weights() may call it",
+          name, e.cycle, what);
       f.evidence = std::move(evidence);
       ctx.add_finding(std::move(f));
     }

@@ -56,12 +56,12 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
 }
 
 void ConsoleReporter::on_run_done(const RunRecord& run) {
-  fmt::print(m_out, "\n{:<32} {:<10} {:<9} {:>8}  {}\n", "scenario", "fixture", "status",
+  fmt::print(m_out, "\n{:<32} {:<12} {:<9} {:>8}  {}\n", "scenario", "fixture", "status",
              "seconds", "failed probes");
   for (const auto& r : run.scenarios) {
     std::string probes;
     for (const auto& p : r.failed_probes()) probes += (probes.empty() ? "" : ", ") + p;
-    fmt::print(m_out, "{:<32} {:<10} {:<9} {:>8.2f}  {}\n", r.name, r.fixture, to_string(r.status),
+    fmt::print(m_out, "{:<32} {:<12} {:<9} {:>8.2f}  {}\n", r.name, r.fixture, to_string(r.status),
                r.seconds, probes.empty() ? "-" : probes);
   }
   fmt::print(m_out, "\n{} scenarios: {} passed, {} failed, {} errors, {} crashed, {} skipped "

@@ -1,0 +1,118 @@
+// Unit tests for the pieces behind the hooks and memory probes and the dummy load format.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "counting_allocator.h"
+#include "dummy_loader.h"
+#include "fingerprint.h"
+#include "glob.h"
+#include "graphcheck/model.h"
+
+namespace graphcheck {
+namespace {
+
+TEST(PathMatches, StarIsOneComponentDoubleStarIsAnything) {
+  EXPECT_TRUE(path_matches("layers.*.experts", "layers.0.experts"));
+  EXPECT_TRUE(path_matches("layers.*.experts", "layers.12.experts"));
+  EXPECT_FALSE(path_matches("layers.*.experts", "layers.0.mlp.experts"));
+  EXPECT_FALSE(path_matches("layers.*", "layers.0.experts"));
+  EXPECT_TRUE(path_matches("layers.*", "layers.0"));
+  EXPECT_TRUE(path_matches("**.experts", "layers.0.mlp.experts"));
+  EXPECT_TRUE(path_matches("(root)", "(root)"));
+  EXPECT_FALSE(path_matches("experts", "experts.x"));
+}
+
+TEST(CountingAllocator, CountsLiveBytesAndWhatOutlivesAMoment) {
+  auto& counter = CountingCpuAllocator::instance();
+  counter.install();
+  const std::int64_t base = counter.live_bytes();
+  torch::Tensor kept;
+  const std::uint64_t moment = counter.now();
+  {
+    torch::Tensor temporary = torch::empty({1024}, torch::kFloat32);  // 4096 bytes, freed
+    kept = torch::empty({256}, torch::kFloat64);                       // 2048 bytes, kept
+    EXPECT_EQ(counter.live_bytes() - base, 4096 + 2048);
+  }
+  EXPECT_EQ(counter.live_bytes() - base, 2048);
+  EXPECT_EQ(counter.alive_since(moment), 2048);
+  EXPECT_GE(counter.peak_bytes() - base, 4096 + 2048);
+  counter.uninstall();
+  // Freed after uninstall: still counted down.
+  kept = torch::Tensor();
+  EXPECT_EQ(counter.live_bytes(), base);
+}
+
+TEST(Fingerprint, DependsOnContentNotLayout) {
+  torch::Tensor a = torch::arange(12, torch::kFloat32).reshape({3, 4});
+  torch::Tensor b = a.t().contiguous().t();  // same values, other strides
+  EXPECT_EQ(fingerprint(a), fingerprint(b));
+  b[0][0] = 100;
+  EXPECT_NE(fingerprint(a), fingerprint(b));
+}
+
+class Inner : public torch::nn::Module {
+ public:
+  Inner() {
+    w = register_parameter("w", torch::zeros({3, 3}), false);
+    scale = register_parameter("scale", torch::zeros({4}, torch::kUInt8), false);
+    e4m3 = register_parameter("e4m3", torch::zeros({4}, c10::ScalarType::Float8_e4m3fn), false);
+    cache = register_buffer("cache", torch::full({2}, 7.0));
+  }
+  torch::Tensor w, scale, e4m3, cache;
+};
+
+class Outer : public torch::nn::Module {
+ public:
+  Outer() {
+    bias = register_parameter("bias", torch::zeros({3}), false);
+    inner = register_module("inner", std::make_shared<Inner>());
+  }
+  torch::Tensor bias;
+  std::shared_ptr<Inner> inner;
+};
+
+class DummyModel : public LifecycleModel {
+ public:
+  DummyModel() : m(std::make_shared<Outer>()) {
+    TensorAttrs scale;
+    scale.dummy_weight_value = 127;  // UE8M0: scale 1.0
+    tensor_attributes().set(m->inner->scale, scale);
+    TensorAttrs one;
+    one.dummy_weight_value = 1.0;
+    tensor_attributes().set(m->inner->e4m3, one);
+    TensorAttrs cache;
+    cache.persistent = false;
+    tensor_attributes().set(m->inner->cache, cache);
+  }
+  torch::nn::Module& module() override { return *m; }
+  std::set<std::string> load_weights(WeightStream& w) override { return load_module_weights(*this, w); }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override { return x; }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::zeros({b, 3}); }
+  std::shared_ptr<Outer> m;
+};
+
+TEST(DummyLoad, InitialisesEachTensorOnceHonoursConstantsSkipsNonPersistent) {
+  DummyModel model;
+  const auto names = dummy_load(model, 7);
+  EXPECT_EQ(names, (std::vector<std::string>{"bias", "inner.w", "inner.scale", "inner.e4m3"}));
+  EXPECT_TRUE(torch::all(model.m->inner->scale == 127).item<bool>());
+  EXPECT_TRUE(torch::all(model.m->inner->e4m3.to(torch::kFloat32) == 1.0).item<bool>());
+  EXPECT_TRUE(torch::all(model.m->inner->cache == 7.0).item<bool>()) << "non-persistent touched";
+  const torch::Tensor w = model.m->inner->w;
+  EXPECT_GT(w.abs().max().item<float>(), 0.0f);
+  EXPECT_LE(w.abs().max().item<float>(), 1e-3f);
+}
+
+TEST(DummyLoad, DeterministicInTheSeed) {
+  DummyModel a, b, c;
+  dummy_load(a, 7);
+  dummy_load(b, 7);
+  dummy_load(c, 8);
+  EXPECT_TRUE(torch::equal(a.m->inner->w, b.m->inner->w));
+  EXPECT_FALSE(torch::equal(a.m->inner->w, c.m->inner->w));
+}
+
+}  // namespace
+}  // namespace graphcheck
