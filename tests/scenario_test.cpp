@@ -167,16 +167,7 @@ mutations:
   EXPECT_THAT(s.checks, ElementsAre("address", "replay_diff"));
   ASSERT_EQ(s.mutations.size(), 1u);
   EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"),
-              ElementsAre("address", "replay_diff", "hooks"));
-}
-
-TEST(ScenarioRepoFileTest, EveryShippedScenarioParsesWithTheDefaultCatalog) {
-  const auto files =
-      collect_scenario_files({std::string(GRAPHCHECK_TEST_SOURCE_DIR) + "/scenarios"});
-  ASSERT_GE(files.size(), 6u);
-  for (const auto& file : files) {
-    EXPECT_NO_THROW((void)parse_scenario_file(file, default_catalog())) << file;
-  }
+              ElementsAre("address", "replay_diff"));
 }
 
 TEST_F(ScenarioFileTest, MinimalScenarioGetsTheDefaults) {
