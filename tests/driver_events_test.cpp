@@ -23,6 +23,7 @@ class RecordingProbe final : public Probe {
   void on_construct_begin(RunContext&, const PhaseEvent& e) override { add("construct_begin", e); }
   void on_construct_end(RunContext&, const PhaseEvent& e) override { add("construct_end", e); }
   void on_load_begin(RunContext&, const LoadEvent& e) override { add("load_begin", e); }
+  void on_init_write(RunContext&, const InitWriteEvent& e) override { add("init " + e.name); }
   void on_load_end(RunContext&, const LoadEvent& e) override {
     add(fmt::format("load_end[{} tensors]", e.loaded.size()), e);
   }
@@ -166,9 +167,12 @@ TEST(DriverEvents, DummyLoadSkipsLoadWeightsAndRunsPwal) {
   s.cycles.clear();
   ScenarioRecord r = run_scenario(s, options_with({&probe}));
   EXPECT_EQ(r.status, Status::passed) << r.reason;
-  const std::vector<std::string> head(log.begin() + 3, log.begin() + 8);
+  const std::vector<std::string> head(log.begin() + 3, log.begin() + 14);
   EXPECT_EQ(head, (std::vector<std::string>{
-                      "A load_begin load@0 b0", "A load_end[6 tensors] load@0 b0",
+                      "A load_begin load@0 b0", "A init layers.0.hc_attn_fn",
+                      "A init layers.0.attn_proj", "A init layers.0.norm_weight",
+                      "A init layers.0.experts.router", "A init layers.0.experts.w13",
+                      "A init layers.0.experts.w2", "A load_end[6 tensors] load@0 b0",
                       "A pwal_begin pwal@0 b0",
                       "A hook layers.0.experts finalize_mega_moe_weights in pwal@0",
                       "A hook layers.0 finalize_mhc_broadcast_weights in pwal@0"}));

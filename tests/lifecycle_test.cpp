@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
 #include "counting_allocator.h"
 #include "dummy_loader.h"
 #include "fingerprint.h"
 #include "glob.h"
 #include "graphcheck/model.h"
+#include "graphcheck/mutation.h"
 
 namespace graphcheck {
 namespace {
@@ -112,6 +115,46 @@ TEST(DummyLoad, DeterministicInTheSeed) {
   dummy_load(c, 8);
   EXPECT_TRUE(torch::equal(a.m->inner->w, b.m->inner->w));
   EXPECT_FALSE(torch::equal(a.m->inner->w, c.m->inner->w));
+}
+
+}  // namespace
+}  // namespace graphcheck
+
+namespace graphcheck {
+namespace {
+
+std::map<std::string, int> write_counts(LifecycleModel& model) {
+  std::map<std::string, int> counts;
+  dummy_load(model, 3, [&](const std::string& name, const torch::Tensor&) { ++counts[name]; });
+  return counts;
+}
+
+TEST(DummyLoadMutations, RecursiveInitWritesEachTensorOncePerAncestor) {
+  DummyModel clean;
+  const auto once = write_counts(clean);
+  for (const auto& [name, count] : once) EXPECT_EQ(count, 1) << name;
+  mutation::Scope scope({"dummy.recursive_init"});
+  DummyModel mutated;
+  const auto counts = write_counts(mutated);
+  EXPECT_EQ(counts.at("bias"), 1);
+  EXPECT_EQ(counts.at("inner.w"), 2);  // by the root and by inner
+  EXPECT_EQ(counts.at("inner.scale"), 2);
+}
+
+TEST(DummyLoadMutations, InitNonPersistentTouchesTheBuffer) {
+  mutation::Scope scope({"dummy.init_non_persistent"});
+  DummyModel model;
+  const auto counts = write_counts(model);
+  EXPECT_EQ(counts.count("inner.cache"), 1u);
+  EXPECT_FALSE(torch::all(model.m->inner->cache == 7.0).item<bool>());
+}
+
+TEST(DummyLoadMutations, ValueAfterFloatCheckSkipsIntegerConstants) {
+  mutation::Scope scope({"dummy.value_after_float_check"});
+  DummyModel model;
+  dummy_load(model, 3);
+  EXPECT_TRUE(torch::all(model.m->inner->e4m3.to(torch::kFloat32) == 1.0).item<bool>());
+  EXPECT_FALSE(torch::all(model.m->inner->scale == 127).item<bool>());
 }
 
 }  // namespace

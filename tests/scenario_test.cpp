@@ -765,3 +765,45 @@ TEST(ScenarioModelConfigText, HexAndNanStayStringsAndWholeDoublesLookLikeNumbers
 
 }  // namespace
 }  // namespace graphcheck
+
+namespace graphcheck {
+namespace {
+
+TEST_F(ScenarioFileTest, DummyConstantsAndGrowthParse) {
+  const std::string path = write("growth.yaml", R"(scenario: growth
+model: {fixture: dsv4}
+load: dummy
+capture: {batch_sizes: [1]}
+dummy_constants: {table.weight: 1.0, table.weight_scale_inv: 127}
+dummy_growth: {key: depth, values: [1, 2, 4]}
+)");
+  const Scenario s = parse_scenario_file(path, test_catalog());
+  EXPECT_EQ(s.dummy_constants.at("table.weight"), 1.0);
+  EXPECT_EQ(s.dummy_constants.at("table.weight_scale_inv"), 127.0);
+  ASSERT_TRUE(s.dummy_growth.has_value());
+  EXPECT_EQ(s.dummy_growth->key, "depth");
+  EXPECT_THAT(s.dummy_growth->values, ElementsAre(1, 2, 4));
+}
+
+TEST_F(ScenarioFileTest, DummyOptionsNeedTheDummyLoad) {
+  const std::string message = error_for(R"(scenario: growth
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+dummy_growth: {key: depth, values: [1, 2]}
+)");
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":4:15: "));
+  EXPECT_THAT(message, HasSubstr("'dummy_growth' needs load: dummy"));
+}
+
+TEST_F(ScenarioFileTest, DummyConstantMustBeANumber) {
+  const std::string message = error_for(R"(scenario: growth
+model: {fixture: dsv4}
+load: dummy
+capture: {batch_sizes: [1]}
+dummy_constants: {table.weight: one}
+)");
+  EXPECT_THAT(message, HasSubstr("dummy constant for 'table.weight' must be a number, got 'one'"));
+}
+
+}  // namespace
+}  // namespace graphcheck

@@ -199,6 +199,9 @@ class Driver final : public RunContext, public HookSink {
       return 0;
     });
   }
+  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) override {
+    return construct_quiet("model variant", &config);
+  }
   [[nodiscard]] std::vector<std::string> module_paths() override {
     index_modules();
     std::vector<std::string> paths = {"(model)", "(root)"};
@@ -390,8 +393,12 @@ class Driver final : public RunContext, public HookSink {
     e.format = LoadFormat::dummy;
     e.source = fmt::format("dummy weights (seed {})", m_seed);
     begin(&Probe::on_load_begin, e);
-    std::vector<std::string> names =
-        call_model(Phase::load, "dummy load", [&] { return dummy_load(*m_model, m_seed); });
+    auto on_write = [this](const std::string& name, const torch::Tensor& tensor) {
+      InitWriteEvent w{name, tensor};
+      for (Probe* p : m_probes) p->on_init_write(*this, w);
+    };
+    std::vector<std::string> names = call_model(
+        Phase::load, "dummy load", [&] { return dummy_load(*m_model, m_seed, on_write); });
     e.loaded.insert(names.begin(), names.end());
     // Model B loads exactly these values.
     for (auto& t : checkpoint_tensors(*m_model)) m_current_weights[t.name] = t.tensor.clone();
@@ -495,7 +502,8 @@ class Driver final : public RunContext, public HookSink {
   }
 
   // Another instance of the scenario's model whose hooks reach no probe.
-  std::unique_ptr<LifecycleModel> construct_quiet(const char* what) {
+  std::unique_ptr<LifecycleModel> construct_quiet(const char* what,
+                                                  const ModelConfig* config_override = nullptr) {
     const bool was_quiet = m_quiet;
     m_quiet = true;
     struct Reset {
@@ -504,7 +512,7 @@ class Driver final : public RunContext, public HookSink {
       ~Reset() { flag = value; }
     } reset{m_quiet, was_quiet};
     const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
-    ModelConfig config = m_scenario.config;
+    ModelConfig config = config_override ? *config_override : m_scenario.config;
     auto model = call_model(m_phase, what, [&] { return entry->factory(config); });
     if (!model) throw ModelFailure(m_phase, fmt::format("{}: the factory returned no model", what));
     freeze(*model);

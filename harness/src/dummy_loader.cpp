@@ -3,14 +3,26 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "graphcheck/mutation.h"
+
 namespace graphcheck {
+
+GRAPHCHECK_REGISTER_MUTATION(
+    "dummy.recursive_init", "driver",
+    "the dummy loader initialises each module's whole recursive state, so every tensor is filled "
+    "once per ancestor (O(depth) fills)");
+GRAPHCHECK_REGISTER_MUTATION("dummy.init_non_persistent", "driver",
+                             "the dummy loader also fills non-persistent buffers");
+GRAPHCHECK_REGISTER_MUTATION(
+    "dummy.value_after_float_check", "driver",
+    "the dummy loader honours dummy_weight_value only inside its floating-point branch, so "
+    "integer tensors (UE8M0 uint8 scales) get random values instead of their constant");
+
 namespace {
 
-void fill(torch::Tensor& t, const TensorAttrs* attrs, torch::Generator& gen) {
-  if (attrs && attrs->dummy_weight_value) {
-    t.fill_(*attrs->dummy_weight_value);  // also for integer dtypes (UE8M0 scales: 127)
-    return;
-  }
+using WriteObserver = std::function<void(const std::string&, const torch::Tensor&)>;
+
+void fill_random(torch::Tensor& t, torch::Generator& gen) {
   const auto options = torch::TensorOptions().dtype(torch::kFloat32);
   const auto dtype = t.scalar_type();
   if (dtype == torch::kBool) {
@@ -23,33 +35,59 @@ void fill(torch::Tensor& t, const TensorAttrs* attrs, torch::Generator& gen) {
   }
 }
 
-void init_own_tensors(LifecycleModel& model, torch::nn::Module& module, const std::string& prefix,
-                      torch::Generator& gen, std::vector<std::string>& names) {
+void fill(torch::Tensor& t, const TensorAttrs* attrs, torch::Generator& gen) {
+  const bool has_value = attrs && attrs->dummy_weight_value;
+  if (mutation::enabled("dummy.value_after_float_check")) {
+    // Pre-fix: the constant is only looked at for floating-point tensors.
+    if (c10::isFloatingType(t.scalar_type()) && has_value) {
+      t.fill_(*attrs->dummy_weight_value);
+    } else {
+      fill_random(t, gen);
+    }
+    return;
+  }
+  if (has_value) {
+    t.fill_(*attrs->dummy_weight_value);  // any dtype: UE8M0 uint8 scales hold 127
+  } else {
+    fill_random(t, gen);
+  }
+}
+
+void init_tensors(LifecycleModel& model, torch::nn::Module& module, const std::string& prefix,
+                  bool recurse, torch::Generator& gen, std::vector<std::string>& names,
+                  const WriteObserver& on_write) {
   const TensorAttributes& attrs = model.tensor_attributes();
-  for (auto& item : module.named_parameters(/*recurse=*/false)) {
+  const bool skip_non_persistent = !mutation::enabled("dummy.init_non_persistent");
+  for (auto& item : module.named_parameters(recurse)) {
     torch::Tensor t = item.value();
     fill(t, attrs.find(t), gen);
     names.push_back(prefix + item.key());
+    if (on_write) on_write(names.back(), t);
   }
-  for (auto& item : module.named_buffers(/*recurse=*/false)) {
+  for (auto& item : module.named_buffers(recurse)) {
     torch::Tensor t = item.value();
     const TensorAttrs* a = attrs.find(t);
-    if (a && !a->persistent) continue;  // non-persistent buffers are never touched
+    if (skip_non_persistent && a && !a->persistent) continue;  // never touch non-persistent buffers
     fill(t, a, gen);
     names.push_back(prefix + item.key());
+    if (on_write) on_write(names.back(), t);
   }
 }
 
 }  // namespace
 
-std::vector<std::string> dummy_load(LifecycleModel& model, std::uint64_t seed) {
+std::vector<std::string> dummy_load(LifecycleModel& model, std::uint64_t seed,
+                                    const WriteObserver& on_write) {
   torch::NoGradGuard no_grad;
   torch::Generator gen = at::detail::createCPUGenerator(seed);
+  // Pre-fix: each module re-initialises its recursive state while the walk already visits every
+  // module, so a tensor is filled once per ancestor. The fix: each module's own tensors only.
+  const bool recurse = mutation::enabled("dummy.recursive_init");
   std::vector<std::string> names;
   torch::nn::Module& root = model.module();
-  init_own_tensors(model, root, "", gen, names);
+  init_tensors(model, root, "", recurse, gen, names, on_write);
   for (auto& item : root.named_modules("", /*include_self=*/false)) {
-    init_own_tensors(model, *item.value(), item.key() + ".", gen, names);
+    init_tensors(model, *item.value(), item.key() + ".", recurse, gen, names, on_write);
   }
   return names;
 }

@@ -65,7 +65,7 @@ class Parser {
     if (!root.IsMap()) fail(root, "a scenario file must be a mapping of keys (scenario:, model:, ...)");
     check_keys(root, "scenario file",
                {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
-                "cycles", "checks", "mutations"});
+                "cycles", "checks", "mutations", "dummy_constants", "dummy_growth"});
 
     Scenario s;
     s.file = m_path;
@@ -195,6 +195,36 @@ class Parser {
         }
         s.mutations[name] = std::move(probes);
       }
+    }
+    if (const YAML::Node constants = root["dummy_constants"]) {
+      if (s.load != LoadFormat::dummy) fail(constants, "'dummy_constants' needs load: dummy");
+      if (!constants.IsMap()) fail(constants, "'dummy_constants' maps tensor-name patterns to numbers");
+      check_unique_keys(constants, "dummy_constants");
+      for (const auto& kv : constants) {
+        if (!kv.second.IsScalar()) fail(kv.second, "a dummy constant must be a number");
+        const ModelConfig::Value v = config_value(kv.second);
+        if (std::holds_alternative<std::int64_t>(v)) {
+          s.dummy_constants[kv.first.Scalar()] = static_cast<double>(std::get<std::int64_t>(v));
+        } else if (std::holds_alternative<double>(v)) {
+          s.dummy_constants[kv.first.Scalar()] = std::get<double>(v);
+        } else {
+          fail(kv.second, fmt::format("dummy constant for '{}' must be a number, got '{}'",
+                                      kv.first.Scalar(), kv.second.Scalar()));
+        }
+      }
+    }
+    if (const YAML::Node growth = root["dummy_growth"]) {
+      if (s.load != LoadFormat::dummy) fail(growth, "'dummy_growth' needs load: dummy");
+      if (!growth.IsMap()) fail(growth, "'dummy_growth' must be a mapping: {key: depth, values: [1, 4]}");
+      check_keys(growth, "dummy_growth", {"key", "values"});
+      Scenario::Growth g;
+      g.key = required_string(growth, "key", "dummy_growth");
+      const YAML::Node values = required(growth, "values", "dummy_growth");
+      if (!values.IsSequence() || values.size() < 2) {
+        fail(values, "'dummy_growth.values' must list at least two integers");
+      }
+      for (const auto& v : values) g.values.push_back(static_cast<std::int64_t>(unsigned_int(v, "growth value")));
+      s.dummy_growth = std::move(g);
     }
     return s;
   }

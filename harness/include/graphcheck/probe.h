@@ -36,6 +36,12 @@ struct LoadEvent : PhaseEvent {
   std::set<std::string> loaded;     // end only: names load_weights() reported
 };
 
+// One write of the dummy loader into one tensor.
+struct InitWriteEvent {
+  std::string name;  // dotted name of the tensor written
+  torch::Tensor tensor;
+};
+
 struct CaptureEvent : PhaseEvent {
   const CapturedGraph* graph = nullptr;  // end only
 };
@@ -74,6 +80,8 @@ class RunContext {
   // Runs process_weights_after_loading() on model A once more, outside the hook ledger (its hook
   // announcements reach no probe). For the idempotence check.
   virtual void rerun_pwal() = 0;
+  // Another instance of the scenario's model with `config` (hooks unreported, requires_grad off).
+  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
   // Every module path of model A: "(model)", "(root)", then module()'s submodules ("layers.0").
   [[nodiscard]] virtual std::vector<std::string> module_paths() = 0;
   // Writing results.
@@ -94,6 +102,8 @@ class Probe {
   virtual void on_construct_end(RunContext& ctx, const PhaseEvent& event) = 0;
   // Around load_weights() (checkpoint) or the dummy fill, for the initial load and each refit.
   virtual void on_load_begin(RunContext& ctx, const LoadEvent& event) = 0;
+  // During a dummy load, once for every tensor write the loader makes.
+  virtual void on_init_write(RunContext& ctx, const InitWriteEvent& event) = 0;
   virtual void on_load_end(RunContext& ctx, const LoadEvent& event) = 0;
   // Around process_weights_after_loading(), after every load.
   virtual void on_pwal_begin(RunContext& ctx, const PhaseEvent& event) = 0;
@@ -126,6 +136,7 @@ class EmptyProbe : public Probe {
   void on_construct_begin(RunContext&, const PhaseEvent&) override {}
   void on_construct_end(RunContext&, const PhaseEvent&) override {}
   void on_load_begin(RunContext&, const LoadEvent&) override {}
+  void on_init_write(RunContext&, const InitWriteEvent&) override {}
   void on_load_end(RunContext&, const LoadEvent&) override {}
   void on_pwal_begin(RunContext&, const PhaseEvent&) override {}
   void on_pwal_end(RunContext&, const PhaseEvent&) override {}

@@ -41,6 +41,16 @@ struct Scenario {
   std::vector<RefitSpec> cycles;
   std::vector<std::string> checks;  // probe names (expanded from `all`)
   std::map<std::string, std::vector<std::string>> mutations;  // mutation -> catching probes
+  // load: dummy only. Tensor-name pattern -> the constant the dummy load must fill it with (the
+  // model must declare it as dummy_weight_value).
+  std::map<std::string, double> dummy_constants;
+  // load: dummy only. Re-run the dummy load on models whose config `key` takes each of `values`
+  // and report init writes and time against it (cost growth, e.g. with depth).
+  struct Growth {
+    std::string key;
+    std::vector<std::int64_t> values;
+  };
+  std::optional<Growth> dummy_growth;
 };
 
 // The names a scenario may refer to. Supplied by the caller so that parsing stays torch-free.
