@@ -25,6 +25,8 @@
 #include "graphcheck/safetensors.h"
 #include "torch_compat.h"
 
+#include "temp_dir_test.h"
+
 namespace graphcheck {
 namespace {
 
@@ -34,34 +36,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-std::string sanitized(std::string name) {
-  std::replace_if(
-      name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
-      '_');
-  return name;
-}
 
-// Gives each test its own empty directory below the system temp directory.
-class CheckpointFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    m_dir = fs::temp_directory_path() /
-            ("graphcheck_checkpoint_test_" + std::to_string(::getpid()) + "_" +
-             sanitized(info->test_suite_name()) + "_" + sanitized(info->name()));
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(m_dir, ec);
-  }
-  [[nodiscard]] std::string path_of(const std::string& name) const {
-    return (m_dir / name).string();
-  }
-
-  fs::path m_dir;
-};
+class CheckpointFileTest : public testing::TempDirTest {};
 
 // Same dtype, same shape, same bytes (in row-major order). Distinguishes -0.0 from 0.0 and
 // compares NaN payloads, which torch::equal cannot.

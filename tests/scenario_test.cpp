@@ -23,6 +23,7 @@
 #include "graphcheck/config.h"
 #include "graphcheck/driver.h"
 #include "graphcheck_test_config.h"
+#include "temp_dir_test.h"
 
 namespace graphcheck {
 namespace {
@@ -41,30 +42,9 @@ ScenarioCatalog test_catalog() {
   return catalog;
 }
 
-// A file name safe for any test name (parameterized names hold '/').
-std::string sanitized(std::string name) {
-  std::replace_if(
-      name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); },
-      '_');
-  return name;
-}
 
-// Gives each test its own empty directory below the system temp directory.
-class ScenarioFileTest : public ::testing::Test {
+class ScenarioFileTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    m_dir = fs::temp_directory_path() /
-            ("graphcheck_scenario_test_" + std::to_string(::getpid()) + "_" +
-             sanitized(info->test_suite_name()) + "_" + sanitized(info->name()));
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(m_dir, ec);
-  }
-
   // Writes `text` to m_dir/relative (creating folders) and returns the path.
   std::string write(const std::string& relative, const std::string& text) const {
     const fs::path path = m_dir / relative;
@@ -93,11 +73,6 @@ class ScenarioFileTest : public ::testing::Test {
     return error_of(write("scenario.yaml", text));
   }
 
-  [[nodiscard]] std::string path_of(const std::string& relative) const {
-    return (m_dir / relative).string();
-  }
-
-  fs::path m_dir;
 };
 
 // ---- valid files ------------------------------------------------------------------------------

@@ -87,6 +87,30 @@ class RunContext {
   // Writing results.
   virtual void add_finding(Finding finding) = 0;
   virtual void add_measurement(Measurement measurement) = 0;
+
+  // Shorthands stamped with the event's phase, cycle and batch size.
+  void fail(std::string probe, const PhaseEvent& event, std::string subject, std::string message,
+            std::vector<std::pair<std::string, std::string>> evidence = {}) {
+    Finding f;
+    f.probe = std::move(probe);
+    f.phase = to_string(event.phase);
+    f.cycle = event.cycle;
+    f.batch_size = event.batch_size;
+    f.subject = std::move(subject);
+    f.message = std::move(message);
+    f.evidence = std::move(evidence);
+    add_finding(std::move(f));
+  }
+  void measure(const PhaseEvent& event, std::string tag, double value, std::string unit) {
+    Measurement m;
+    m.tag = std::move(tag);
+    m.value = value;
+    m.unit = std::move(unit);
+    m.phase = to_string(event.phase);
+    m.cycle = event.cycle;
+    m.batch_size = event.batch_size;
+    add_measurement(std::move(m));
+  }
 };
 
 // Every event, declared in firing order. Implement all of them, or derive from EmptyProbe.

@@ -165,25 +165,14 @@ class InitCountProbe final : public EmptyProbe {
     }
   }
 
-  static void measure(RunContext& ctx, const LoadEvent& e, std::string tag, double value,
-                      std::string unit) {
-    Measurement m;
-    m.tag = std::move(tag);
-    m.value = value;
-    m.unit = std::move(unit);
-    m.cycle = e.cycle;
-    ctx.add_measurement(std::move(m));
+  void measure(RunContext& ctx, const LoadEvent& e, std::string tag, double value,
+               std::string unit) {
+    ctx.measure(e, std::move(tag), value, std::move(unit));
   }
 
-  static void add(RunContext& ctx, const LoadEvent& e, std::string subject, std::string message,
-                  std::vector<std::pair<std::string, std::string>> evidence) {
-    Finding f;
-    f.probe = "init_count";
-    f.cycle = e.cycle;
-    f.subject = std::move(subject);
-    f.message = std::move(message);
-    f.evidence = std::move(evidence);
-    ctx.add_finding(std::move(f));
+  void add(RunContext& ctx, const LoadEvent& e, std::string subject, std::string message,
+           std::vector<std::pair<std::string, std::string>> evidence) {
+    ctx.fail(name(), e, std::move(subject), std::move(message), std::move(evidence));
   }
 
   bool m_counting = false;

@@ -80,20 +80,15 @@ class MemoryProbe final : public EmptyProbe {
     const std::int64_t live = f.live_end;
     if (m_last_refit_live && live - *m_last_refit_live > kToleranceBytes) {
       const std::int64_t growth = live - *m_last_refit_live;
-      Finding finding;
-      finding.probe = "memory";
-      finding.cycle = e.cycle;
-      finding.subject = "live bytes across refit cycles";
-      finding.message = fmt::format(
-          "live CPU bytes grew by {} from refit cycle {} to {} ({} -> {} bytes, tolerance {}): "
-          "something is allocated anew on every refit and the old one is kept alive (often by a "
-          "captured graph that still reads it)",
-          growth, e.cycle - 1, e.cycle, *m_last_refit_live, live, kToleranceBytes);
-      finding.evidence = {{"growth_bytes", std::to_string(growth)},
-                          {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
-                          {"live_bytes", std::to_string(live)},
-                          {"tolerance_bytes", std::to_string(kToleranceBytes)}};
-      ctx.add_finding(std::move(finding));
+      ctx.fail(name(), e, "live bytes across refit cycles",
+               fmt::format("live CPU bytes grew by {} from refit cycle {} to {} ({} -> {} bytes, "
+                           "tolerance {}): something is allocated anew on every refit and the old "
+                           "one is kept alive (often by a captured graph that still reads it)",
+                           growth, e.cycle - 1, e.cycle, *m_last_refit_live, live, kToleranceBytes),
+               {{"growth_bytes", std::to_string(growth)},
+                {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
+                {"live_bytes", std::to_string(live)},
+                {"tolerance_bytes", std::to_string(kToleranceBytes)}});
     }
     m_last_refit_live = live;
   }
@@ -125,36 +120,20 @@ class MemoryProbe final : public EmptyProbe {
     if (!m_stack.empty()) m_stack.back().peak = std::max(m_stack.back().peak, f.peak);
     counter.reset_peak();
     const std::string phase = to_string(e.phase);
-    measure(ctx, e, fmt::format("gc/memory/{}/live_bytes", phase), f.live_end);
-    measure(ctx, e, fmt::format("gc/memory/{}/peak_bytes", phase), f.peak);
-    measure(ctx, e, fmt::format("gc/memory/{}/persistent_bytes", phase), f.persistent);
+    ctx.measure(e, fmt::format("gc/memory/{}/live_bytes", phase), f.live_end, "bytes");
+    ctx.measure(e, fmt::format("gc/memory/{}/peak_bytes", phase), f.peak, "bytes");
+    ctx.measure(e, fmt::format("gc/memory/{}/persistent_bytes", phase), f.persistent, "bytes");
     return f;
   }
 
-  static void measure(RunContext& ctx, const PhaseEvent& e, std::string tag, std::int64_t v) {
-    Measurement m;
-    m.tag = std::move(tag);
-    m.value = static_cast<double>(v);
-    m.unit = "bytes";
-    m.cycle = e.cycle;
-    m.batch_size = e.batch_size;
-    ctx.add_measurement(std::move(m));
-  }
-
-  static void report(RunContext& ctx, const PhaseEvent& e, std::string subject, std::string message,
-                     const Frame& f) {
-    Finding finding;
-    finding.probe = "memory";
-    finding.cycle = e.cycle;
-    finding.batch_size = e.batch_size;
-    finding.subject = std::move(subject);
-    finding.message = std::move(message);
-    finding.evidence = {{"persistent_bytes", std::to_string(f.persistent)},
-                        {"live_bytes_before", std::to_string(f.live_begin)},
-                        {"live_bytes_after", std::to_string(f.live_end)},
-                        {"peak_bytes", std::to_string(f.peak)},
-                        {"tolerance_bytes", std::to_string(kToleranceBytes)}};
-    ctx.add_finding(std::move(finding));
+  void report(RunContext& ctx, const PhaseEvent& e, std::string subject, std::string message,
+              const Frame& f) {
+    ctx.fail(name(), e, std::move(subject), std::move(message),
+             {{"persistent_bytes", std::to_string(f.persistent)},
+              {"live_bytes_before", std::to_string(f.live_begin)},
+              {"live_bytes_after", std::to_string(f.live_end)},
+              {"peak_bytes", std::to_string(f.peak)},
+              {"tolerance_bytes", std::to_string(kToleranceBytes)}});
   }
 
   bool m_installed = false;

@@ -74,10 +74,10 @@ class ReplayDiffProbe final : public EmptyProbe {
                             ? diff(e.eager_output, eager_b, tolerance)
                             : Diff{INFINITY, INFINITY, e.eager_output.numel(), 0};
 
-    measure(ctx, e, "gc/replay_diff/noise_floor", noise);
-    measure(ctx, e, "gc/replay_diff/tolerance", tolerance);
-    measure(ctx, e, "gc/replay_diff/replay_vs_eager_a/max_abs", replay_vs_a.max_abs);
-    measure(ctx, e, "gc/replay_diff/eager_a_vs_eager_b/max_abs", a_vs_b.max_abs);
+    ctx.measure(e, "gc/replay_diff/noise_floor", noise, "abs");
+    ctx.measure(e, "gc/replay_diff/tolerance", tolerance, "abs");
+    ctx.measure(e, "gc/replay_diff/replay_vs_eager_a/max_abs", replay_vs_a.max_abs, "abs");
+    ctx.measure(e, "gc/replay_diff/eager_a_vs_eager_b/max_abs", a_vs_b.max_abs, "abs");
 
     const auto verdict = [](const Diff& d) { return d.mismatches > 0 ? "≠" : "="; };
     const std::string summary = fmt::format("replay(A) {} eager(A) (max abs {:.6g}), eager(A) {} eager(B) (max abs {:.6g})",
@@ -109,26 +109,9 @@ class ReplayDiffProbe final : public EmptyProbe {
   }
 
  private:
-  static void measure(RunContext& ctx, const CompareEvent& e, std::string tag, double value) {
-    Measurement m;
-    m.tag = std::move(tag);
-    m.value = value;
-    m.unit = "abs";
-    m.cycle = e.cycle;
-    m.batch_size = e.batch_size;
-    ctx.add_measurement(std::move(m));
-  }
-
-  static void report(RunContext& ctx, const CompareEvent& e, std::string subject,
-                     std::string message, std::vector<std::pair<std::string, std::string>> evidence) {
-    Finding f;
-    f.probe = "replay_diff";
-    f.cycle = e.cycle;
-    f.batch_size = e.batch_size;
-    f.subject = std::move(subject);
-    f.message = std::move(message);
-    f.evidence = std::move(evidence);
-    ctx.add_finding(std::move(f));
+  void report(RunContext& ctx, const CompareEvent& e, std::string subject, std::string message,
+              std::vector<std::pair<std::string, std::string>> evidence) {
+    ctx.fail(name(), e, std::move(subject), std::move(message), std::move(evidence));
   }
 
   std::map<std::int64_t, double> m_noise;
