@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -115,7 +116,9 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
     } else if (c10::isIntegralType(dtype, /*includeBool=*/false)) {
       value = torch::randint(0, 8, t.tensor.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
     } else {
-      value = (torch::randn(t.tensor.sizes(), gen, options) * 0.5).to(dtype);
+      // Scaled like an initialiser (std 1/sqrt(fan-in)) so that deep stacks stay finite.
+      const double std = t.tensor.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.tensor.size(-1))) : 0.5;
+      value = (torch::randn(t.tensor.sizes(), gen, options) * std).to(dtype);
     }
     out.push_back({t.name, value.contiguous()});
   }

@@ -127,7 +127,8 @@ class LifecycleModel {
   virtual std::vector<NamedTensor> extra_tensors() { return {}; }
 
   // A full checkpoint, deterministic in `seed`, in the checkpoint layout. The default draws every
-  // persistent parameter and buffer from a seeded normal distribution (integers: small range).
+  // persistent parameter and buffer from a seeded normal distribution (std 1/sqrt(last dim) for
+  // matrices, 0.5 for vectors; integers: [0, 8)). Called on a freshly constructed model.
   virtual std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed);
 
   // The hooks this model promises to run (GRAPHCHECK_HOOK announces each call).

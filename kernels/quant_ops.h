@@ -1,0 +1,38 @@
+#pragma once
+// Quantized-weight ops used by the quantized fixtures (DESIGN §1.4): block-scaled FP8 and MXFP4.
+// Registered with TORCH_LIBRARY as graphcheck::<name> so that the tracer records them and they
+// dispatch to CUDA on a GPU; these functions call the dispatcher.
+//
+// FP8 block scaling: weight [N, K] in float8_e4m3fn, one float32 weight_scale_inv per
+// block x block tile; dequantised value = float(q) * scale_inv[n / block][k / block].
+// MXFP4 (OCP MX): two E2M1 values per byte (element 2i in the low nibble, 2i+1 in the high one),
+// one UE8M0 uint8 scale per 32 consecutive values along the last dim; value = e2m1 * 2^(s - 127).
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace graphcheck::kernels {
+
+inline constexpr double kFp8E4m3Max = 448.0;
+inline constexpr std::int64_t kMxBlock = 32;
+
+// w [N, K] floating -> (q float8_e4m3fn [N, K], scale_inv float32 [ceil(N/b), ceil(K/b)]).
+std::tuple<torch::Tensor, torch::Tensor> fp8_block_quantize(const torch::Tensor& w, std::int64_t block);
+torch::Tensor fp8_block_dequantize(const torch::Tensor& q, const torch::Tensor& scale_inv,
+                                   std::int64_t block);
+// y [M, N] = x [M, K] @ dequantize(q, scale_inv)^T, float32.
+torch::Tensor fp8_block_linear(const torch::Tensor& x, const torch::Tensor& q,
+                               const torch::Tensor& scale_inv, std::int64_t block);
+
+// w [..., K] floating, K % 32 == 0 -> (packed uint8 [..., K/2], scales uint8 [..., K/32]).
+std::tuple<torch::Tensor, torch::Tensor> mxfp4_quantize(const torch::Tensor& w);
+torch::Tensor mxfp4_dequantize(const torch::Tensor& packed, const torch::Tensor& scales);
+// MoE over all experts, gated: x [B, H], w13 [E, 2I, H] and w2 [E, H, I] in MXFP4 (packed and
+// scales), gates [B, E] -> [B, H] = sum_e gates[:, e] * (silu(x W1e^T) * (x W3e^T)) W2e^T.
+torch::Tensor mxfp4_moe(const torch::Tensor& x, const torch::Tensor& w13_packed,
+                        const torch::Tensor& w13_scales, const torch::Tensor& w2_packed,
+                        const torch::Tensor& w2_scales, const torch::Tensor& gates);
+
+}  // namespace graphcheck::kernels
