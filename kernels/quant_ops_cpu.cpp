@@ -32,6 +32,9 @@ std::tuple<torch::Tensor, torch::Tensor> fp8_block_quantize_cpu(const torch::Ten
 
 torch::Tensor fp8_block_dequantize_cpu(const torch::Tensor& q, const torch::Tensor& scale_inv,
                                        std::int64_t block) {
+  TORCH_CHECK(block > 0, "fp8_block_dequantize: block size must be positive, got ", block);
+  TORCH_CHECK(q.scalar_type() == c10::ScalarType::Float8_e4m3fn,
+              "fp8_block_dequantize: the weight must be float8_e4m3fn, got ", q.scalar_type());
   TORCH_CHECK(q.dim() == 2 && scale_inv.dim() == 2, "fp8_block_dequantize: 2-D tensors expected");
   const std::int64_t n = q.size(0), k = q.size(1);
   TORCH_CHECK(scale_inv.size(0) == (n + block - 1) / block && scale_inv.size(1) == (k + block - 1) / block,
@@ -81,10 +84,16 @@ std::tuple<torch::Tensor, torch::Tensor> mxfp4_quantize_cpu(const torch::Tensor&
 torch::Tensor mxfp4_dequantize_cpu(const torch::Tensor& packed, const torch::Tensor& scales) {
   TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && scales.scalar_type() == torch::kUInt8,
               "mxfp4_dequantize: packed values and scales must be uint8");
+  TORCH_CHECK(packed.dim() >= 1 && scales.dim() == packed.dim(),
+              "mxfp4_dequantize: packed ", packed.sizes(), " and scales ", scales.sizes(),
+              " must have the same number of dims (at least 1)");
   auto sizes = packed.sizes().vec();
   const std::int64_t k = sizes.back() * 2;
   TORCH_CHECK(scales.size(-1) * kMxBlock == k,
               "mxfp4_dequantize: ", scales.size(-1), " scales cannot cover ", k, " values (one per 32)");
+  TORCH_CHECK(scales.sizes().slice(0, scales.dim() - 1) == packed.sizes().slice(0, packed.dim() - 1),
+              "mxfp4_dequantize: scales ", scales.sizes(), " do not match packed ", packed.sizes(),
+              " in their leading dims");
   torch::Tensor lo = packed.bitwise_and(15), hi = packed.bitwise_right_shift(4);
   torch::Tensor code = torch::stack({lo, hi}, -1);
   sizes.back() = k;

@@ -64,7 +64,7 @@ class EmulatedBackendTest : public ::testing::Test {
 
   std::unique_ptr<CapturedGraph> capture() {
     m_model.forward(m_input);  // warm-up
-    return m_backend->capture(m_model, m_input);
+    return m_backend->capture(m_model, m_input, m_input.size(0));
   }
   torch::Tensor replay(CapturedGraph& graph) {
     graph.static_input().copy_(m_input);

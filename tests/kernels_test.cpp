@@ -137,7 +137,7 @@ TEST(QuantOpsCapture, EmulatedBackendReplaysTheCustomOpAndSeesScaleUpdates) {
   Fp8Model model;
   auto backend = make_emulated_backend();
   torch::Tensor x = torch::randn({2, 32});
-  auto graph = backend->capture(model, x);
+  auto graph = backend->capture(model, x, x.size(0));
   std::set<std::string> names;
   for (const auto& e : graph->read_set()) names.insert(e.name);
   EXPECT_EQ(names, (std::set<std::string>{"weight", "weight_scale_inv"}));

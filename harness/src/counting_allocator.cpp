@@ -9,7 +9,11 @@ namespace {
 // SetCPUAllocator only replaces an allocator of lower or equal priority; installing and restoring
 // at the same high priority always takes effect.
 constexpr std::uint8_t kPriority = 200;
+thread_local int t_uncounted = 0;
 }  // namespace
+
+UncountedScope::UncountedScope() { ++t_uncounted; }
+UncountedScope::~UncountedScope() { --t_uncounted; }
 
 CountingCpuAllocator& CountingCpuAllocator::instance() {
   static auto* allocator = new CountingCpuAllocator();  // never destroyed: late frees still count
@@ -35,28 +39,42 @@ c10::DataPtr CountingCpuAllocator::allocate(std::size_t n) {
     std::lock_guard<std::mutex> lock(m_mutex);
     inner = m_inner;
   }
-  auto* ctx = new Context{inner->allocate(n), n, 0};
-  void* data = ctx->inner.get();
-  const c10::Device device = ctx->inner.device();
+  c10::DataPtr owned = inner->allocate(n);
+  if (t_uncounted > 0) return owned;
+  void* data = owned.get();
+  const c10::Device device = owned.device();
+  if (data == nullptr) return owned;  // zero-byte allocations: nothing to count
   {
     std::lock_guard<std::mutex> lock(m_mutex);
-    ctx->serial = ++m_serial;
-    m_alive.emplace(ctx, ctx->serial);
+    const std::uint64_t serial = ++m_serial;
+    m_alive.emplace(data, Entry{std::move(owned), n, serial});
     m_live += static_cast<std::int64_t>(n);
     if (m_live > m_peak) m_peak = m_live;
   }
-  return c10::DataPtr(data, ctx, &CountingCpuAllocator::free_context, device);
+  return c10::DataPtr(data, data, &CountingCpuAllocator::free_data, device);
 }
 
-void CountingCpuAllocator::free_context(void* raw) {
-  auto* ctx = static_cast<Context*>(raw);
+void CountingCpuAllocator::free_data(void* data) {
   CountingCpuAllocator& self = instance();
+  c10::DataPtr owned;
+  c10::Allocator* inner = nullptr;
   {
     std::lock_guard<std::mutex> lock(self.m_mutex);
-    self.m_alive.erase(ctx);
-    self.m_live -= static_cast<std::int64_t>(ctx->bytes);
+    auto it = self.m_alive.find(data);
+    if (it != self.m_alive.end()) {
+      owned = std::move(it->second.inner);
+      self.m_live -= static_cast<std::int64_t>(it->second.bytes);
+      self.m_alive.erase(it);
+    } else {
+      inner = self.m_inner;
+    }
   }
-  delete ctx;  // frees through the wrapped allocator's own deleter
+  if (inner) {
+    // Raw-allocated by the wrapped allocator before the counter was installed.
+    c10::DeleterFnPtr deleter = inner->raw_deleter();
+    if (deleter) deleter(data);
+  }
+  // `owned` frees the memory through the wrapped allocator's own deleter here.
 }
 
 void CountingCpuAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
@@ -76,8 +94,8 @@ std::int64_t CountingCpuAllocator::live_bytes() const {
 std::int64_t CountingCpuAllocator::alive_since(std::uint64_t moment) const {
   std::lock_guard<std::mutex> lock(m_mutex);
   std::int64_t bytes = 0;
-  for (const auto& [ctx, serial] : m_alive) {
-    if (serial > moment) bytes += static_cast<std::int64_t>(ctx->bytes);
+  for (const auto& [data, entry] : m_alive) {
+    if (entry.serial > moment) bytes += static_cast<std::int64_t>(entry.bytes);
   }
   return bytes;
 }

@@ -12,6 +12,16 @@
 
 namespace graphcheck {
 
+// Allocations made on this thread while one lives bypass the counter: the harness's own
+// bookkeeping (e.g. the weights model B is built from) is not the model's memory.
+class UncountedScope {
+ public:
+  UncountedScope();
+  ~UncountedScope();
+  UncountedScope(const UncountedScope&) = delete;
+  UncountedScope& operator=(const UncountedScope&) = delete;
+};
+
 class CountingCpuAllocator final : public c10::Allocator {
  public:
   static CountingCpuAllocator& instance();
@@ -22,6 +32,9 @@ class CountingCpuAllocator final : public c10::Allocator {
   void uninstall();
 
   c10::DataPtr allocate(std::size_t n) override;
+  // Like the default CPU allocator, buffers are "simple" (context == data), so raw_allocate()
+  // and raw_deallocate() (used e.g. by oneDNN) work.
+  [[nodiscard]] c10::DeleterFnPtr raw_deleter() const override { return &free_data; }
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
   // A moment: allocations made after it are "since" it.
@@ -35,12 +48,12 @@ class CountingCpuAllocator final : public c10::Allocator {
 
  private:
   CountingCpuAllocator() = default;
-  struct Context {
-    c10::DataPtr inner;
+  struct Entry {
+    c10::DataPtr inner;  // owns the memory, freed through the wrapped allocator
     std::size_t bytes = 0;
     std::uint64_t serial = 0;
   };
-  static void free_context(void* ctx);
+  static void free_data(void* data);
 
   mutable std::mutex m_mutex;
   c10::Allocator* m_inner = nullptr;
@@ -48,7 +61,7 @@ class CountingCpuAllocator final : public c10::Allocator {
   std::uint64_t m_serial = 0;
   std::int64_t m_live = 0;
   std::int64_t m_peak = 0;
-  std::unordered_map<const Context*, std::uint64_t> m_alive;  // context -> serial
+  std::unordered_map<void*, Entry> m_alive;  // data pointer -> allocation
 };
 
 }  // namespace graphcheck

@@ -14,6 +14,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
+#include "counting_allocator.h"
 #include "dummy_loader.h"
 #include "tensor_format.h"
 
@@ -90,6 +91,9 @@ auto call_model(Phase phase, const char* what, Fn&& fn) -> decltype(fn()) {
     throw ModelFailure(phase, fmt::format("{}: not capturable: {}", what, e.what()));
   } catch (const std::exception& e) {
     throw ModelFailure(phase, fmt::format("{} threw: {}", what, what_of(e)));
+  } catch (...) {
+    throw ModelFailure(phase, fmt::format("{} threw an exception not derived from std::exception",
+                                          what));
   }
 }
 
@@ -101,7 +105,8 @@ class RecordingStream final : public WeightStream {
   std::optional<NamedTensor> next() override {
     auto item = m_inner.next();
     if (item) {
-      m_into[item->name] = item->tensor;
+      UncountedScope uncounted;  // the harness's copy, not the model's memory
+      m_into[item->name] = item->tensor.clone();
       m_seen.insert(item->name);
     }
     return item;
@@ -113,6 +118,19 @@ class RecordingStream final : public WeightStream {
   WeightStream& m_inner;
   std::map<std::string, torch::Tensor>& m_into;
   std::set<std::string> m_seen;
+};
+
+// Sets a flag for its lifetime and restores the previous value.
+class FlagScope {
+ public:
+  explicit FlagScope(bool& flag) : m_flag(flag), m_previous(flag) { m_flag = true; }
+  ~FlagScope() { m_flag = m_previous; }
+  FlagScope(const FlagScope&) = delete;
+  FlagScope& operator=(const FlagScope&) = delete;
+
+ private:
+  bool& m_flag;
+  bool m_previous;
 };
 
 void freeze(LifecycleModel& model) {
@@ -139,8 +157,8 @@ class Driver final : public RunContext, public HookSink {
       HookSinkScope hooks(*this);
       try {
         setup();
+        m_started = true;  // on_scenario_end runs even when a probe's begin throws
         fire(&Probe::on_scenario_begin);
-        m_started = true;
         lifecycle();
       } catch (const ModelFailure& e) {
         Finding f;
@@ -187,15 +205,22 @@ class Driver final : public RunContext, public HookSink {
     if (!m_reference || m_reference_cycle != m_cycle) build_reference();
     return *m_reference;
   }
-  void rerun_pwal() override {
-    m_quiet = true;
-    struct Reset {
-      bool& flag;
-      ~Reset() { flag = false; }
-    } reset{m_quiet};
-    call_model(Phase::pwal, "process_weights_after_loading() (second call)", [&] {
+  [[nodiscard]] torch::Tensor reference_forward(const torch::Tensor& input) override {
+    LifecycleModel& reference = reference_model();
+    FlagScope quiet(m_quiet);
+    return call_model(m_phase, "reference model forward()", [&] {
       torch::NoGradGuard no_grad;
-      m_model->process_weights_after_loading();
+      return reference.forward(input);
+    });
+  }
+  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_loaded_model() override {
+    return build_loaded("fresh model");
+  }
+  void run_pwal(LifecycleModel& model) override {
+    FlagScope quiet(m_quiet);
+    call_model(m_phase, "process_weights_after_loading()", [&] {
+      torch::NoGradGuard no_grad;
+      model.process_weights_after_loading();
       return 0;
     });
   }
@@ -255,7 +280,7 @@ class Driver final : public RunContext, public HookSink {
     // construct
     m_phase = Phase::construct;
     begin(&Probe::on_construct_begin, event(Phase::construct));
-    m_model = construct_model();
+    m_model = construct(m_scenario.config, "model constructor");
     index_modules();
     end(&Probe::on_construct_end, event(Phase::construct));
 
@@ -292,7 +317,7 @@ class Driver final : public RunContext, public HookSink {
       torch::Tensor input = input_for(b, 0);
       begin(&Probe::on_capture_begin, e);
       m_graphs.push_back(call_model(Phase::capture, "forward() under capture",
-                                    [&] { return m_backend->capture(*m_model, input); }));
+                                    [&] { return m_backend->capture(*m_model, input, b); }));
       e.graph = m_graphs.back().get();
       end(&Probe::on_capture_end, e);
     }
@@ -318,27 +343,6 @@ class Driver final : public RunContext, public HookSink {
     }
   }
 
-  std::unique_ptr<LifecycleModel> construct_model() {
-    const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
-    if (!entry) {
-      throw UserError(fmt::format("{}: unknown fixture '{}'", m_scenario.file, m_scenario.fixture));
-    }
-    ModelConfig config = m_scenario.config;
-    auto model = call_model(Phase::construct, "model constructor", [&] {
-      return entry->factory(config);
-    });
-    if (!model) throw ModelFailure(Phase::construct, "model factory returned no model");
-    auto unused = config.unused_keys();
-    if (!unused.empty()) {
-      throw UserError(fmt::format(
-          "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "
-          "read it)",
-          config.where(unused.front()), unused.front(), m_scenario.fixture));
-    }
-    freeze(*model);
-    return model;
-  }
-
   // Synthesized by a freshly constructed model, so that the checkpoint layout does not depend on
   // what PWAL did to model A (repacked or freed raw weights).
   std::string write_checkpoint(std::uint64_t seed) {
@@ -348,11 +352,24 @@ class Driver final : public RunContext, public HookSink {
       tensors = call_model(m_phase, "synthesize_checkpoint()",
                            [&] { return fresh->synthesize_checkpoint(seed); });
     }
-    fs::create_directories(m_work_dir);
+    std::error_code ec;
+    fs::create_directories(m_work_dir, ec);
+    if (ec) {
+      throw UserError(fmt::format("cannot create '{}' for generated checkpoints: {}: choose a "
+                                  "writable --report-dir",
+                                  m_work_dir.string(), ec.message()));
+    }
     std::string path = (m_work_dir / fmt::format("seed-{}.safetensors", seed)).string();
-    save_checkpoint(path, tensors,
-                    {{"graphcheck.fixture", m_scenario.fixture},
-                     {"graphcheck.seed", std::to_string(seed)}});
+    try {
+      save_checkpoint(path, tensors,
+                      {{"graphcheck.fixture", m_scenario.fixture},
+                       {"graphcheck.seed", std::to_string(seed)}});
+    } catch (const safetensors::Error& e) {
+      // A dtype the format cannot hold comes from the model's synthesize_checkpoint().
+      throw ModelFailure(m_phase, fmt::format("synthesize_checkpoint(): {}", e.what()));
+    } catch (const std::exception& e) {
+      throw UserError(fmt::format("cannot write checkpoint '{}': {}", path, e.what()));
+    }
     return path;
   }
 
@@ -379,7 +396,7 @@ class Driver final : public RunContext, public HookSink {
       }
     }
     begin(&Probe::on_load_begin, e);
-    RecordingStream stream(*file, m_current_weights);
+    RecordingStream stream(*file, refit ? m_refit_weights : m_initial_weights);
     e.loaded = call_model(Phase::load, "load_weights()",
                           [&] { return m_model->load_weights(stream); });
     check_loaded(stream.seen(), e.loaded, refit, e.source);
@@ -400,8 +417,6 @@ class Driver final : public RunContext, public HookSink {
     std::vector<std::string> names = call_model(
         Phase::load, "dummy load", [&] { return dummy_load(*m_model, m_seed, on_write); });
     e.loaded.insert(names.begin(), names.end());
-    // Model B loads exactly these values.
-    for (auto& t : checkpoint_tensors(*m_model)) m_current_weights[t.name] = t.tensor.clone();
     end(&Probe::on_load_end, e);
   }
 
@@ -453,6 +468,13 @@ class Driver final : public RunContext, public HookSink {
       static_cast<PhaseEvent&>(r) = event(Phase::replay);
       r.graph = graph.get();
       begin(&Probe::on_replay_begin, r);
+      if (input.sizes() != graph->static_input().sizes()) {
+        throw ModelFailure(Phase::replay,
+                           fmt::format("make_input({}) returned shape {} but the graph was captured "
+                                       "with {}: inputs of one batch size must keep their shape",
+                                       b, shape_string(input.sizes()),
+                                       shape_string(graph->static_input().sizes())));
+      }
       graph->static_input().copy_(input);
       call_model(Phase::replay, "graph replay", [&] {
         graph->replay();
@@ -479,42 +501,59 @@ class Driver final : public RunContext, public HookSink {
 
   void build_reference() {
     m_reference.reset();
-    m_quiet = true;
-    struct Reset {
-      bool& flag;
-      ~Reset() { flag = false; }
-    } reset{m_quiet};
-    std::unique_ptr<LifecycleModel> model = construct_quiet("reference model");
-    std::vector<NamedTensor> weights;
-    for (const auto& [name, tensor] : m_current_weights) weights.push_back({name, tensor});
-    TensorListWeightStream stream(
-        std::move(weights), fmt::format("the weights model A should hold at cycle {}", m_cycle));
-    call_model(m_phase, "reference model load_weights()", [&] {
-      return model->load_weights(stream);
-    });
-    call_model(m_phase, "reference model process_weights_after_loading()", [&] {
+    m_reference = build_loaded("reference model");
+    m_reference_cycle = m_cycle;
+  }
+
+  // A fresh model loaded in one go with the weights A should hold now: the initial checkpoint
+  // (or, for a dummy load, the same dummy fill) overlaid with every refit so far, then PWAL.
+  std::unique_ptr<LifecycleModel> build_loaded(const char* what) {
+    FlagScope quiet(m_quiet);
+    std::unique_ptr<LifecycleModel> model = construct_quiet(what);
+    std::map<std::string, torch::Tensor> weights = m_refit_weights;
+    if (m_scenario.load == LoadFormat::dummy) {
+      call_model(m_phase, "dummy load", [&] { return dummy_load(*model, m_seed); });
+    } else {
+      weights.insert(m_initial_weights.begin(), m_initial_weights.end());  // refits win
+    }
+    if (!weights.empty()) {
+      std::vector<NamedTensor> list;
+      for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
+      TensorListWeightStream stream(
+          std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));
+      call_model(m_phase, fmt::format("{} load_weights()", what).c_str(),
+                 [&] { return model->load_weights(stream); });
+    }
+    call_model(m_phase, fmt::format("{} process_weights_after_loading()", what).c_str(), [&] {
       torch::NoGradGuard no_grad;
       model->process_weights_after_loading();
       return 0;
     });
-    m_reference = std::move(model);
-    m_reference_cycle = m_cycle;
+    return model;
   }
 
   // Another instance of the scenario's model whose hooks reach no probe.
   std::unique_ptr<LifecycleModel> construct_quiet(const char* what,
                                                   const ModelConfig* config_override = nullptr) {
-    const bool was_quiet = m_quiet;
-    m_quiet = true;
-    struct Reset {
-      bool& flag;
-      bool value;
-      ~Reset() { flag = value; }
-    } reset{m_quiet, was_quiet};
+    FlagScope quiet(m_quiet);
+    return construct(config_override ? *config_override : m_scenario.config, what);
+  }
+
+  // Constructs the scenario's fixture with `config`; unknown config keys are user errors.
+  std::unique_ptr<LifecycleModel> construct(ModelConfig config, const char* what) {
     const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
-    ModelConfig config = config_override ? *config_override : m_scenario.config;
-    auto model = call_model(m_phase, what, [&] { return entry->factory(config); });
-    if (!model) throw ModelFailure(m_phase, fmt::format("{}: the factory returned no model", what));
+    if (!entry) {
+      throw UserError(fmt::format("{}: unknown fixture '{}'", m_scenario.file, m_scenario.fixture));
+    }
+    auto model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
+    if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
+    auto unused = config.unused_keys();
+    if (!unused.empty()) {
+      throw UserError(fmt::format(
+          "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "
+          "read it)",
+          config.where(unused.front()), unused.front(), m_scenario.fixture));
+    }
     freeze(*model);
     return model;
   }
@@ -597,7 +636,10 @@ class Driver final : public RunContext, public HookSink {
   std::unique_ptr<GraphBackend> m_backend;
   std::unique_ptr<LifecycleModel> m_model;
   std::vector<std::unique_ptr<CapturedGraph>> m_graphs;
-  std::map<std::string, torch::Tensor> m_current_weights;
+  // What model A should hold: the initial checkpoint (empty for a dummy load, which B repeats)
+  // and every tensor streamed by the refits so far.
+  std::map<std::string, torch::Tensor> m_initial_weights;
+  std::map<std::string, torch::Tensor> m_refit_weights;
   std::unique_ptr<LifecycleModel> m_reference;
   int m_reference_cycle = -1;
   bool m_quiet = false;

@@ -214,9 +214,13 @@ int cmd_mutants(const MutantsArgs& args) {
   std::string header = fmt::format("{:<30} {:<34}", "scenario", "mutation");
   for (const auto& p : probes) header += fmt::format(" {:>11}", p);
   fmt::print("{}  verdict\n", header);
+  // A probe kills a mutation when it fails with the mutation and not in the clean run.
   auto row = [&](const gc::Scenario& s, const std::string& mutation, const gc::ScenarioRecord& r,
-                 const std::vector<std::string>& declared) {
-    const auto failed = r.failed_probes();
+                 const std::vector<std::string>& declared, const std::set<std::string>& clean_failed) {
+    std::set<std::string> failed;
+    for (const auto& p : r.failed_probes()) {
+      if (!clean_failed.count(p)) failed.insert(p);
+    }
     std::string line = fmt::format("{:<30} {:<34}", s.name, mutation.empty() ? "(clean)" : mutation);
     std::vector<std::string> missed;
     for (const auto& p : probes) {
@@ -245,7 +249,8 @@ int cmd_mutants(const MutantsArgs& args) {
     options.backend = args.backend;
     options.work_dir = (fs::path(args.report_dir) / "work").string();
     gc::ScenarioRecord clean = gc::run_scenario(s, options);
-    row(s, "", clean, {});
+    const std::set<std::string> clean_failed = clean.failed_probes();
+    row(s, "", clean, {}, {});
     run.scenarios.push_back(std::move(clean));
     for (const auto& [mutation, declared] : s.mutations) {
       declared_anywhere.insert(mutation);
@@ -257,7 +262,7 @@ int cmd_mutants(const MutantsArgs& args) {
       }
       options.mutations = {mutation};
       gc::ScenarioRecord r = gc::run_scenario(s, options);
-      row(s, mutation, r, declared);
+      row(s, mutation, r, declared, clean_failed);
       run.scenarios.push_back(std::move(r));
     }
   }

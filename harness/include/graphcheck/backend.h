@@ -52,9 +52,11 @@ class GraphBackend {
   // Smallest replay-vs-eager difference the backend can produce on a correct model; the
   // tolerance is max(this, a multiple of the measured noise floor).
   [[nodiscard]] virtual double min_tolerance() const = 0;
-  // Captures model.forward(example_input); throws NotCapturable with the reason.
+  // Captures model.forward(example_input) as the graph for `batch_size`; throws NotCapturable
+  // with the reason.
   virtual std::unique_ptr<CapturedGraph> capture(LifecycleModel& model,
-                                                 const torch::Tensor& example_input) = 0;
+                                                 const torch::Tensor& example_input,
+                                                 std::int64_t batch_size) = 0;
 };
 
 // "auto" picks cuda when libtorch has CUDA and a device exists, else emulated. Throws

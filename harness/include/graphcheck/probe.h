@@ -77,9 +77,14 @@ class RunContext {
   // Model B: constructed fresh and loaded in one go with the weights A should hold now (the
   // initial checkpoint overlaid with every refit so far), then PWAL. Built once per cycle.
   [[nodiscard]] virtual LifecycleModel& reference_model() = 0;
-  // Runs process_weights_after_loading() on model A once more, outside the hook ledger (its hook
-  // announcements reach no probe). For the idempotence check.
-  virtual void rerun_pwal() = 0;
+  // reference_model().forward(input), with model failures reported like A's (not a crash) and
+  // B's hook announcements kept out of the ledger.
+  [[nodiscard]] virtual torch::Tensor reference_forward(const torch::Tensor& input) = 0;
+  // A fresh model loaded like B (not cached): for checks that must not disturb model A.
+  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_loaded_model() = 0;
+  // Runs process_weights_after_loading() on `model` (hooks unreported, failures as model
+  // failures).
+  virtual void run_pwal(LifecycleModel& model) = 0;
   // Another instance of the scenario's model with `config` (hooks unreported, requires_grad off).
   [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
   // Every module path of model A: "(model)", "(root)", then module()'s submodules ("layers.0").

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <mutex>
+#include <cstring>
 
 #include "read_set.h"
 #include "tensor_format.h"
@@ -37,6 +37,25 @@ std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   }
   return nullptr;
 }
+
+// Watches the ops run on this thread while it lives.
+class HostSyncObserver {
+ public:
+  explicit HostSyncObserver(HostSyncLog& log)
+      : m_handle(at::addThreadLocalCallback(
+            at::RecordFunctionCallback(&on_op_enter).scopes({at::RecordScope::FUNCTION}))) {
+    t_host_sync_log = &log;
+  }
+  ~HostSyncObserver() {
+    at::removeCallback(m_handle);
+    t_host_sync_log = nullptr;
+  }
+  HostSyncObserver(const HostSyncObserver&) = delete;
+  HostSyncObserver& operator=(const HostSyncObserver&) = delete;
+
+ private:
+  at::CallbackHandle m_handle;
+};
 
 class EmulatedGraph final : public CapturedGraph {
  public:
@@ -104,32 +123,23 @@ class EmulatedBackend final : public GraphBackend {
   [[nodiscard]] std::string name() const override { return "emulated"; }
   [[nodiscard]] double min_tolerance() const override { return 0.0; }
 
-  std::unique_ptr<CapturedGraph> capture(LifecycleModel& model,
-                                         const torch::Tensor& example_input) override {
+  std::unique_ptr<CapturedGraph> capture(LifecycleModel& model, const torch::Tensor& example_input,
+                                         std::int64_t batch_size) override {
     torch::NoGradGuard no_grad;
     torch::Tensor input = example_input.clone();
-    const std::int64_t batch_size = input.dim() > 0 ? input.size(0) : 1;
 
     HostSyncLog host_syncs;
-    t_host_sync_log = &host_syncs;
-    auto handle = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(&on_op_enter).scopes({at::RecordScope::FUNCTION}));
     std::shared_ptr<torch::jit::tracer::TracingState> state;
     torch::jit::Stack outputs;
-    try {
+    {
+      HostSyncObserver observer(host_syncs);
       auto traced = [&model](torch::jit::Stack in) -> torch::jit::Stack {
         return {model.forward(in.at(0).toTensor())};
       };
       std::tie(state, outputs) = torch::jit::tracer::trace(
           {input}, traced, [](const torch::autograd::Variable&) { return std::string(); },
           /*strict=*/true, /*force_outplace=*/false);
-    } catch (...) {
-      at::removeCallback(handle);
-      t_host_sync_log = nullptr;
-      throw;
     }
-    at::removeCallback(handle);
-    t_host_sync_log = nullptr;
 
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(

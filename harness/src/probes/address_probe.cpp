@@ -90,8 +90,8 @@ class AddressProbe final : public EmptyProbe {
             const bool same_place = entry.is_view ? same_storage
                                                   : same_storage && t.data_ptr() == entry.address &&
                                                         t.sizes().vec() == entry.sizes;
-            if (same_place && !orphaned) continue;
-            p.kind = same_place ? "orphaned" : "moved";
+            if (same_place) continue;  // a live tensor holds that storage: not orphaned either
+            p.kind = "moved";
             p.live = t;
           }
         }

@@ -83,11 +83,14 @@ class HooksProbe final : public EmptyProbe {
     if (m_window) m_window->calls.push_back({e.module_path, e.hook});
   }
 
-  // Idempotence: a second PWAL must change nothing.
+  // Idempotence: a second PWAL must change nothing. Checked on a separate instance loaded like
+  // model A (its own pass), so that a non-idempotent PWAL does not disturb what the other probes
+  // see on A.
   void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override {
-    const auto before = snapshot(ctx);
-    ctx.rerun_pwal();
-    const auto after = snapshot(ctx);
+    std::unique_ptr<LifecycleModel> model = ctx.construct_loaded_model();
+    const auto before = snapshot(*model);
+    ctx.run_pwal(*model);
+    const auto after = snapshot(*model);
     for (const auto& [name, b] : before) {
       auto it = after.find(name);
       std::string what;
@@ -124,9 +127,9 @@ class HooksProbe final : public EmptyProbe {
   void on_scenario_end(RunContext&) override { m_window.reset(); }
 
  private:
-  static std::map<std::string, TensorState> snapshot(RunContext& ctx) {
+  static std::map<std::string, TensorState> snapshot(LifecycleModel& model) {
     std::map<std::string, TensorState> out;
-    for (const auto& t : live_tensors(ctx.model())) {
+    for (const auto& t : live_tensors(model)) {
       if (!t.tensor.defined()) continue;
       out[t.name] = {t.tensor.has_storage() ? t.tensor.data_ptr() : nullptr, t.tensor.sizes().vec(),
                      fingerprint(t.tensor)};

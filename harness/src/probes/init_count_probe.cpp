@@ -108,7 +108,10 @@ class InitCountProbe final : public EmptyProbe {
         }
       }
       if (!declared) continue;
-      const auto [count, first] = mismatches(t.tensor, *declared);
+      // The constant as this dtype stores it (0.1 is not exact in float32).
+      const double stored =
+          torch::full({}, *declared, t.tensor.options()).to(torch::kFloat64).item<double>();
+      const auto [count, first] = mismatches(t.tensor, stored);
       if (count == 0) continue;
       add(ctx, e, t.name,
           fmt::format("tensor '{}' ({}) should hold the dummy constant {} after the dummy load but "

@@ -78,13 +78,15 @@ class MemoryProbe final : public EmptyProbe {
   void on_refit_end(RunContext& ctx, const PhaseEvent& e) override {
     const Frame f = pop(ctx, e);
     const std::int64_t live = f.live_end;
-    if (m_last_refit_live && live - *m_last_refit_live > kToleranceBytes) {
+    // The first cycle is compared with the live bytes just before it.
+    if (!m_last_refit_live) m_last_refit_live = f.live_begin;
+    if (live - *m_last_refit_live > kToleranceBytes) {
       const std::int64_t growth = live - *m_last_refit_live;
       ctx.fail(name(), e, "live bytes across refit cycles",
-               fmt::format("live CPU bytes grew by {} from refit cycle {} to {} ({} -> {} bytes, "
+               fmt::format("live CPU bytes grew by {} over refit cycle {} ({} -> {} bytes, "
                            "tolerance {}): something is allocated anew on every refit and the old "
                            "one is kept alive (often by a captured graph that still reads it)",
-                           growth, e.cycle - 1, e.cycle, *m_last_refit_live, live, kToleranceBytes),
+                           growth, e.cycle, *m_last_refit_live, live, kToleranceBytes),
                {{"growth_bytes", std::to_string(growth)},
                 {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
                 {"live_bytes", std::to_string(live)},

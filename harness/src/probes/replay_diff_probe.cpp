@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 
 #include "graphcheck/probe.h"
@@ -58,17 +59,18 @@ class ReplayDiffProbe final : public EmptyProbe {
              {});
       return;
     }
+    // Noise floor: replay vs eager before any refit. A backend that replays exactly (minimum
+    // tolerance 0, the emulated one) gets tolerance 0, so a cycle-0 difference is a finding; a
+    // non-finite floor is never used as a tolerance.
     if (e.cycle == 0 && !m_noise.count(b)) {
-      m_noise[b] = diff(e.replay_output, e.eager_output, 0).max_abs;
+      const double floor = diff(e.replay_output, e.eager_output, 0).max_abs;
+      m_noise[b] = std::isfinite(floor) ? floor : 0.0;
     }
     const double noise = m_noise.count(b) ? m_noise[b] : 0.0;
-    const double tolerance = std::max(ctx.backend().min_tolerance(), kNoiseMultiple * noise);
+    const double minimum = ctx.backend().min_tolerance();
+    const double tolerance = minimum > 0 ? std::max(minimum, kNoiseMultiple * noise) : 0.0;
 
-    torch::Tensor eager_b;
-    {
-      torch::NoGradGuard no_grad;
-      eager_b = ctx.reference_model().forward(e.input);
-    }
+    const torch::Tensor eager_b = ctx.reference_forward(e.input);
     const Diff replay_vs_a = diff(e.replay_output, e.eager_output, tolerance);
     const Diff a_vs_b = eager_b.sizes() == e.eager_output.sizes()
                             ? diff(e.eager_output, eager_b, tolerance)
