@@ -567,18 +567,12 @@ class Driver final : public RunContext, public HookSink {
 
   void index_modules() {
     m_module_paths.clear();
-    m_module_paths[most_derived(m_model.get())] = "(model)";
+    m_module_paths[detail::object_address(m_model.get())] = "(model)";
     // include_self=false: the root module need not live in a shared_ptr.
-    m_module_paths[most_derived(&m_model->module())] = "(root)";
+    m_module_paths[detail::object_address(&m_model->module())] = "(root)";
     for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
-      m_module_paths[most_derived(item.value().get())] = item.key();
+      m_module_paths[detail::object_address(item.value().get())] = item.key();
     }
-  }
-
-  template <class T>
-  static const void* most_derived(const T* p) {
-    if constexpr (std::is_polymorphic_v<T>) return dynamic_cast<const void*>(p);
-    return p;
   }
 
   std::string module_path(const void* module) {

@@ -10,6 +10,7 @@
 // Outside a graphcheck run the call does nothing. Torch-free.
 
 #include <string_view>
+#include <type_traits>
 
 namespace graphcheck {
 
@@ -34,7 +35,20 @@ class HookSinkScope {
 
 void hook_called(const void* module, std::string_view hook);
 
+namespace detail {
+// The address of the whole object, whichever base `p` points to (the ledger indexes modules by
+// it), so that a hook announced from a secondary base class is still found.
+template <class T>
+const void* object_address(const T* p) {
+  if constexpr (std::is_polymorphic_v<T>) {
+    return dynamic_cast<const void*>(p);
+  } else {
+    return static_cast<const void*>(p);
+  }
+}
+}  // namespace detail
+
 }  // namespace graphcheck
 
 #define GRAPHCHECK_HOOK(module, hook) \
-  ::graphcheck::hook_called(static_cast<const void*>(module), hook)
+  ::graphcheck::hook_called(::graphcheck::detail::object_address(module), hook)
