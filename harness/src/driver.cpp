@@ -201,7 +201,7 @@ class Driver final : public RunContext, public HookSink {
     for (auto& g : m_graphs) out.push_back(g.get());
     return out;
   }
-  [[nodiscard]] LifecycleModel& reference_model() override {
+  [[nodiscard]] LifecycleModel& reference_model() {
     if (!m_reference || m_reference_cycle != m_cycle) build_reference();
     return *m_reference;
   }

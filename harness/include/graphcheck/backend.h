@@ -42,7 +42,6 @@ class CapturedGraph {
   [[nodiscard]] virtual torch::Tensor static_output() const = 0;
   virtual void replay() = 0;
   [[nodiscard]] virtual const std::vector<ReadSetEntry>& read_set() const = 0;
-  [[nodiscard]] virtual std::vector<ReadSetEntry>& read_set() = 0;
 };
 
 class GraphBackend {

@@ -74,11 +74,10 @@ class RunContext {
   [[nodiscard]] virtual LifecycleModel& model() = 0;
   [[nodiscard]] virtual const GraphBackend& backend() const = 0;
   [[nodiscard]] virtual std::vector<CapturedGraph*> graphs() = 0;
-  // Model B: constructed fresh and loaded in one go with the weights A should hold now (the
-  // initial checkpoint overlaid with every refit so far), then PWAL. Built once per cycle.
-  [[nodiscard]] virtual LifecycleModel& reference_model() = 0;
-  // reference_model().forward(input), with model failures reported like A's (not a crash) and
-  // B's hook announcements kept out of the ledger.
+  // Model B's forward. B: constructed fresh and loaded in one go with the weights A should hold
+  // now (the initial checkpoint, or the same dummy fill, overlaid with every refit so far), then
+  // PWAL; built once per cycle. Model failures are reported like A's (not a crash) and B's hook
+  // announcements are kept out of the ledger.
   [[nodiscard]] virtual torch::Tensor reference_forward(const torch::Tensor& input) = 0;
   // A fresh model loaded like B (not cached): for checks that must not disturb model A.
   [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_loaded_model() = 0;

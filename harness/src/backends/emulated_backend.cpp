@@ -72,7 +72,6 @@ class EmulatedGraph final : public CapturedGraph {
   [[nodiscard]] torch::Tensor static_input() const override { return m_input; }
   [[nodiscard]] torch::Tensor static_output() const override { return m_output; }
   [[nodiscard]] const std::vector<ReadSetEntry>& read_set() const override { return m_read_set; }
-  [[nodiscard]] std::vector<ReadSetEntry>& read_set() override { return m_read_set; }
 
   void replay() override {
     torch::NoGradGuard no_grad;
