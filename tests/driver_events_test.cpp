@@ -67,7 +67,7 @@ Scenario tiny_scenario(std::vector<std::string> checks = {}) {
   s.config.set("experts", std::int64_t{2});
   s.config.set("intermediate", std::int64_t{4});
   s.batch_sizes = {1, 2};
-  s.cycles = {RefitSpec{2, {}, ""}};
+  s.cycles = {RefitSpec{2, {}, {}, ""}};
   s.checks = std::move(checks);
   return s;
 }
@@ -252,7 +252,7 @@ TEST(DriverFailures, ConfigOutOfRangeIsAUserError) {
 
 TEST(DriverFailures, RefitPrefixMatchingNothingIsAUserError) {
   Scenario s = tiny_scenario();
-  s.cycles = {RefitSpec{2, {"layers.7."}, ""}};
+  s.cycles = {RefitSpec{2, {"layers.7."}, {}, ""}};
   ScenarioRecord r = run_scenario(s, options_with({}));
   EXPECT_EQ(r.status, Status::error);
   EXPECT_NE(r.reason.find("layers.7."), std::string::npos) << r.reason;

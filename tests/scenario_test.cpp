@@ -29,6 +29,7 @@ namespace graphcheck {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -209,7 +210,7 @@ TEST(ScenarioRepoFileTest, DsV4MhcRefitParsesWithTheDefaultCatalog) {
   EXPECT_EQ(s.checks, catalog.probes);  // checks: all
   ASSERT_EQ(s.mutations.count("mhc.rebind_broadcast"), 1u);
   EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"),
-              ElementsAre("address", "replay_diff", "hooks"));
+              ElementsAre("address", "replay_diff", "hooks", "poison"));
 }
 
 TEST(ScenarioRepoFileTest, EveryShippedScenarioParsesWithTheDefaultCatalog) {
@@ -778,6 +779,138 @@ capture: {batch_sizes: [1]}
 dummy_constants: {table.weight: one}
 )");
   EXPECT_THAT(message, HasSubstr("dummy constant for 'table.weight' must be a number, got 'one'"));
+}
+
+// ---- refit buckets, poison options, expect_error ------------------------------------------------
+
+ScenarioCatalog poison_catalog() {
+  ScenarioCatalog catalog = test_catalog();
+  catalog.probes.push_back("poison");
+  return catalog;
+}
+
+TEST_F(ScenarioFileTest, BucketsPoisonAndExpectErrorParse) {
+  const std::string path = write("quant.yaml", R"(scenario: quant
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2}
+  - refit:
+      seed: 3
+      buckets:
+        - {name: first, only: ["layers.0."]}
+        - {name: second, only: ["layers.1.", "head."]}
+checks: [poison, replay_diff]
+poison: {staged: ["layers.*.weight_scale_inv"], poison_before_refit: true}
+expect_error: "use moe_backend: deep_gemm"
+)");
+  const Scenario s = parse_scenario_file(path, poison_catalog());
+  ASSERT_EQ(s.cycles.size(), 2u);
+  EXPECT_TRUE(s.cycles[0].buckets.empty());
+  EXPECT_TRUE(s.cycles[0].prefixes().empty());
+  ASSERT_EQ(s.cycles[1].buckets.size(), 2u);
+  EXPECT_EQ(s.cycles[1].buckets[0].name, "first");
+  EXPECT_THAT(s.cycles[1].buckets[1].only, ElementsAre("layers.1.", "head."));
+  EXPECT_THAT(s.cycles[1].prefixes(), ElementsAre("layers.0.", "layers.1.", "head."));
+  EXPECT_THAT(s.poison.staged, ElementsAre("layers.*.weight_scale_inv"));
+  EXPECT_TRUE(s.poison.before_refit);
+  EXPECT_EQ(s.expect_error, "use moe_backend: deep_gemm");
+  EXPECT_EQ(s.expect_error_where, path + ":13:15");
+}
+
+TEST_F(ScenarioFileTest, OnlyAndBucketsTogetherAreRejected) {
+  const std::string message = error_of(write("scenario.yaml", R"(scenario: b
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, only: ["a."], buckets: [{name: x, only: ["b."]}]}
+)"));
+  EXPECT_THAT(message, StartsWith(path_of("scenario.yaml") + ":5:45: "));
+  EXPECT_THAT(message, HasSubstr("either 'only' or 'buckets', not both"));
+}
+
+TEST_F(ScenarioFileTest, BucketErrorsNameThePlace) {
+  EXPECT_THAT(error_for(R"(scenario: b
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, buckets: [{name: x, only: ["a."]}, {name: x, only: ["b."]}]}
+)"),
+              AllOf(StartsWith(path_of("scenario.yaml") + ":5:64: "),
+                    HasSubstr("bucket 'x' is listed twice in this refit")));
+  EXPECT_THAT(error_for(R"(scenario: b
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, buckets: [{name: x}]}
+)"),
+              HasSubstr("missing required key 'only' in bucket"));
+  EXPECT_THAT(error_for(R"(scenario: b
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, buckets: [{name: x, onyl: ["a."]}]}
+)"),
+              HasSubstr("unknown key 'onyl' in bucket (did you mean 'only'?)"));
+  EXPECT_THAT(error_for(R"(scenario: b
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles:
+  - refit: {seed: 2, buckets: []}
+)"),
+              HasSubstr("'buckets' must be a non-empty list"));
+}
+
+TEST_F(ScenarioFileTest, PoisonOptionsAreValidated) {
+  // The probe must be in checks.
+  EXPECT_THAT(error_of(write("scenario.yaml", R"(scenario: p
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles: [{refit: {seed: 2}}]
+checks: [replay_diff]
+poison: {poison_before_refit: true}
+)"), poison_catalog()),
+              AllOf(StartsWith(path_of("scenario.yaml") + ":6:9: "),
+                    HasSubstr("the poison probe, which is not in this scenario's checks")));
+  // It acts on refits.
+  EXPECT_THAT(error_of(write("scenario.yaml", R"(scenario: p
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+poison: {staged: ["a.*"]}
+)"), poison_catalog()),
+              HasSubstr("this scenario has no refit cycles"));
+  EXPECT_THAT(error_of(write("scenario.yaml", R"(scenario: p
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles: [{refit: {seed: 2}}]
+poison: {poison_before_refit: yes}
+)"), poison_catalog()),
+              AllOf(StartsWith(path_of("scenario.yaml") + ":5:31: "),
+                    HasSubstr("'poison_before_refit' must be true or false, got 'yes'")));
+  EXPECT_THAT(error_of(write("scenario.yaml", R"(scenario: p
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles: [{refit: {seed: 2}}]
+poison: {staged: []}
+)"), poison_catalog()),
+              HasSubstr("'poison.staged' must be a non-empty list of tensor-name patterns"));
+  EXPECT_THAT(error_of(write("scenario.yaml", R"(scenario: p
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+cycles: [{refit: {seed: 2}}]
+poison: {stage: ["a"]}
+)"), poison_catalog()),
+              HasSubstr("unknown key 'stage' in poison (did you mean 'staged'?)"));
+}
+
+TEST_F(ScenarioFileTest, EmptyExpectErrorIsRejected) {
+  EXPECT_THAT(error_for(R"(scenario: e
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+expect_error: ""
+)"),
+              AllOf(StartsWith(path_of("scenario.yaml") + ":4:15: "),
+                    HasSubstr("'expect_error' must be a non-empty part of the error message")));
 }
 
 }  // namespace

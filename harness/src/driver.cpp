@@ -106,17 +106,21 @@ class RecordingStream final : public WeightStream {
     auto item = m_inner.next();
     if (item) {
       UncountedScope uncounted;  // the harness's copy, not the model's memory
-      m_into[item->name] = item->tensor.clone();
+      torch::Tensor copy = item->tensor.clone();
+      m_into[item->name] = copy;
+      m_streamed.push_back({item->name, copy});
       m_seen.insert(item->name);
     }
     return item;
   }
   [[nodiscard]] std::string source() const override { return m_inner.source(); }
   [[nodiscard]] const std::set<std::string>& seen() const { return m_seen; }
+  [[nodiscard]] std::vector<NamedTensor> take_streamed() { return std::move(m_streamed); }
 
  private:
   WeightStream& m_inner;
   std::map<std::string, torch::Tensor>& m_into;
+  std::vector<NamedTensor> m_streamed;
   std::set<std::string> m_seen;
 };
 
@@ -160,18 +164,28 @@ class Driver final : public RunContext, public HookSink {
         m_started = true;  // on_scenario_end runs even when a probe's begin throws
         fire(&Probe::on_scenario_begin);
         lifecycle();
+        if (!m_scenario.expect_error.empty()) expected_error_missing();
       } catch (const ModelFailure& e) {
-        Finding f;
-        f.probe = "driver";
-        f.phase = to_string(e.phase());
-        f.cycle = m_cycle;
-        f.batch_size = m_batch_size;
-        f.subject = "model code";
-        f.message = e.what();
-        add_finding(std::move(f));
+        if (!stopped_as_expected(e.what())) {
+          Finding f;
+          f.probe = "driver";
+          f.phase = to_string(e.phase());
+          f.cycle = m_cycle;
+          f.batch_size = m_batch_size;
+          f.subject = "model code";
+          f.message = e.what();
+          add_finding(std::move(f));
+        }
       } catch (const UserError& e) {
-        m_record.status = Status::error;
-        m_record.reason = e.what();
+        if (!stopped_as_expected(e.what())) {
+          m_record.status = Status::error;
+          m_record.reason = e.what();
+          if (!m_scenario.expect_error.empty()) {
+            m_record.reason += fmt::format(" (the scenario expects an error containing '{}' "
+                                           "instead, {})",
+                                           m_scenario.expect_error, m_scenario.expect_error_where);
+          }
+        }
       } catch (const std::exception& e) {
         m_record.status = Status::crashed;
         m_record.reason = fmt::format("harness failure in phase {}: {}", to_string(m_phase), what_of(e));
@@ -190,6 +204,29 @@ class Driver final : public RunContext, public HookSink {
     }
     m_record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return std::move(m_record);
+  }
+
+  // expect_error: the run stopped with the expected error; the scenario passes (other findings
+  // made before it still count).
+  bool stopped_as_expected(const std::string& message) {
+    if (m_scenario.expect_error.empty() || message.find(m_scenario.expect_error) == std::string::npos) {
+      return false;
+    }
+    m_record.reason = fmt::format("stopped as expected in phase {} (cycle {}): {}",
+                                  to_string(m_phase), m_cycle, message);
+    return true;
+  }
+
+  void expected_error_missing() {
+    Finding f;
+    f.probe = "driver";
+    f.subject = "expected error";
+    f.message = fmt::format(
+        "the scenario expects the run to stop with an error containing '{}' ({}), but it "
+        "completed: the model accepted what it must refuse loudly",
+        m_scenario.expect_error, m_scenario.expect_error_where);
+    f.evidence = {{"expect_error", m_scenario.expect_error}};
+    add_finding(std::move(f));
   }
 
   // ---- RunContext ---------------------------------------------------------------------------
@@ -212,6 +249,9 @@ class Driver final : public RunContext, public HookSink {
       torch::NoGradGuard no_grad;
       return reference.forward(input);
     });
+  }
+  [[nodiscard]] std::vector<NamedTensor> reference_tensors() override {
+    return live_tensors(reference_model());
   }
   [[nodiscard]] std::unique_ptr<LifecycleModel> construct_loaded_model() override {
     return build_loaded("fresh model");
@@ -294,7 +334,7 @@ class Driver final : public RunContext, public HookSink {
       }
     } else {
       load(/*refit=*/false,
-           m_scenario.checkpoint.empty() ? write_checkpoint(m_seed) : m_scenario.checkpoint, {});
+           m_scenario.checkpoint.empty() ? write_checkpoint(m_seed) : m_scenario.checkpoint, {}, "");
       pwal();
     }
 
@@ -331,7 +371,18 @@ class Driver final : public RunContext, public HookSink {
       m_phase = Phase::refit;
       PhaseEvent e = event(Phase::refit);
       begin(&Probe::on_refit_begin, e);
-      load(/*refit=*/true, write_checkpoint(spec.seed + (m_seed - m_scenario.seed)), spec.only);
+      const std::string path = write_checkpoint(spec.seed + (m_seed - m_scenario.seed));
+      // The loader stages once per refit, before the first bucket (DESIGN §1.4).
+      call_model(Phase::refit, "stage_for_refit()", [&] {
+        torch::NoGradGuard no_grad;
+        m_model->stage_for_refit();
+        return 0;
+      });
+      if (spec.buckets.empty()) {
+        load(/*refit=*/true, path, spec.only, "");
+      } else {
+        for (const RefitBucket& bucket : spec.buckets) load(/*refit=*/true, path, bucket.only, bucket.name);
+      }
       if (mutation::enabled("driver.skip_pwal_on_refit")) {
         // Mutation: the loader skips PWAL after a refit.
       } else {
@@ -373,7 +424,8 @@ class Driver final : public RunContext, public HookSink {
     return path;
   }
 
-  void load(bool refit, const std::string& path, const std::vector<std::string>& only) {
+  void load(bool refit, const std::string& path, const std::vector<std::string>& only,
+            const std::string& bucket) {
     m_phase = Phase::load;
     std::unique_ptr<SafetensorsWeightStream> file;
     try {
@@ -386,13 +438,16 @@ class Driver final : public RunContext, public HookSink {
     e.format = refit ? LoadFormat::checkpoint : m_scenario.load;
     e.refit = refit;
     e.source = file->source();
+    e.bucket = bucket;
     if (!only.empty()) {
       bool any = false;
       for (const auto& info : file->file().tensors()) any |= matches_any_prefix(info.name, only);
       if (!any) {
-        throw UserError(fmt::format("{}: refit cycle {} streams only {} but no tensor of {} has "
+        throw UserError(fmt::format("{}: refit cycle {}{} streams only {} but no tensor of {} has "
                                     "such a prefix: fix the prefixes",
-                                    m_scenario.file, m_cycle, fmt::join(only, ", "), e.source));
+                                    m_scenario.file, m_cycle,
+                                    bucket.empty() ? "" : fmt::format(" (bucket '{}')", bucket),
+                                    fmt::join(only, ", "), e.source));
       }
     }
     begin(&Probe::on_load_begin, e);
@@ -400,6 +455,7 @@ class Driver final : public RunContext, public HookSink {
     e.loaded = call_model(Phase::load, "load_weights()",
                           [&] { return m_model->load_weights(stream); });
     check_loaded(stream.seen(), e.loaded, refit, e.source);
+    e.streamed = stream.take_streamed();
     end(&Probe::on_load_end, e);
   }
 
@@ -509,6 +565,7 @@ class Driver final : public RunContext, public HookSink {
   // (or, for a dummy load, the same dummy fill) overlaid with every refit so far, then PWAL.
   std::unique_ptr<LifecycleModel> build_loaded(const char* what) {
     FlagScope quiet(m_quiet);
+    UncountedScope uncounted;  // the harness's model, not model A's memory
     std::unique_ptr<LifecycleModel> model = construct_quiet(what);
     std::map<std::string, torch::Tensor> weights = m_refit_weights;
     if (m_scenario.load == LoadFormat::dummy) {

@@ -30,6 +30,10 @@ const TensorAttrs* TensorAttributes::find(const torch::Tensor& tensor) const {
   return &it->second.attrs;
 }
 
+void TensorAttributes::erase(const torch::Tensor& tensor) {
+  if (tensor.defined()) m_entries.erase(tensor.unsafeGetTensorImpl());
+}
+
 // ---- tensor discovery -----------------------------------------------------------------------
 
 std::vector<NamedTensor> checkpoint_tensors(LifecycleModel& model) {

@@ -65,7 +65,8 @@ class Parser {
     if (!root.IsMap()) fail(root, "a scenario file must be a mapping of keys (scenario:, model:, ...)");
     check_keys(root, "scenario file",
                {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
-                "cycles", "checks", "mutations", "dummy_constants", "dummy_growth"});
+                "cycles", "checks", "mutations", "dummy_constants", "dummy_growth", "poison",
+                "expect_error"});
 
     Scenario s;
     s.file = m_path;
@@ -140,15 +141,33 @@ class Parser {
         check_keys(cycle, "cycle", {"refit"});
         const YAML::Node refit = required(cycle, "refit", "cycle");
         if (!refit.IsMap()) fail(refit, "'refit' must be a mapping: {seed: N, only: [prefix]}");
-        check_keys(refit, "refit", {"seed", "only"});
+        check_keys(refit, "refit", {"seed", "only", "buckets"});
         RefitSpec spec;
         spec.where = where(cycle.Mark());
         spec.seed = unsigned_int(required(refit, "seed", "refit"), "refit seed");
-        if (const YAML::Node only = refit["only"]) {
-          if (!only.IsSequence() || only.size() == 0) {
-            fail(only, "'only' must be a non-empty list of tensor-name prefixes");
+        if (const YAML::Node only = refit["only"]) spec.only = prefixes(only, "only");
+        if (const YAML::Node buckets = refit["buckets"]) {
+          if (refit["only"]) {
+            fail(buckets, "a refit takes either 'only' or 'buckets', not both: give each bucket "
+                          "its own prefixes");
           }
-          for (const auto& prefix : only) spec.only.push_back(scalar_string(prefix, "prefix"));
+          if (!buckets.IsSequence() || buckets.size() == 0) {
+            fail(buckets, "'buckets' must be a non-empty list of {name: NAME, only: [prefix]}");
+          }
+          for (const auto& b : buckets) {
+            if (!b.IsMap()) fail(b, "each bucket must be a mapping: {name: NAME, only: [prefix]}");
+            check_keys(b, "bucket", {"name", "only"});
+            RefitBucket bucket;
+            bucket.name = required_string(b, "name", "bucket");
+            if (bucket.name.empty()) fail(b["name"], "a bucket name must not be empty");
+            for (const auto& other : spec.buckets) {
+              if (other.name == bucket.name) {
+                fail(b["name"], fmt::format("bucket '{}' is listed twice in this refit", bucket.name));
+              }
+            }
+            bucket.only = prefixes(required(b, "only", "bucket"), "only");
+            spec.buckets.push_back(std::move(bucket));
+          }
         }
         s.cycles.push_back(std::move(spec));
       }
@@ -226,6 +245,37 @@ class Parser {
       for (const auto& v : values) g.values.push_back(static_cast<std::int64_t>(unsigned_int(v, "growth value")));
       s.dummy_growth = std::move(g);
     }
+    if (const YAML::Node poison = root["poison"]) {
+      if (std::find(s.checks.begin(), s.checks.end(), "poison") == s.checks.end()) {
+        fail(poison, "'poison' sets options of the poison probe, which is not in this scenario's "
+                     "checks: add it to 'checks'");
+      }
+      if (!poison.IsMap() || poison.size() == 0) {
+        fail(poison, "'poison' must be a mapping: {staged: [pattern], poison_before_refit: true}");
+      }
+      check_keys(poison, "poison", {"staged", "poison_before_refit"});
+      if (const YAML::Node staged = poison["staged"]) {
+        if (!staged.IsSequence() || staged.size() == 0) {
+          fail(staged, "'poison.staged' must be a non-empty list of tensor-name patterns "
+                       "(\"layers.*.weight_scale_inv\")");
+        }
+        for (const auto& p : staged) s.poison.staged.push_back(scalar_string(p, "pattern"));
+      }
+      if (const YAML::Node before = poison["poison_before_refit"]) {
+        s.poison.before_refit = boolean(before, "poison_before_refit");
+      }
+      if (s.cycles.empty()) {
+        fail(poison, "'poison' acts on refits, but this scenario has no refit cycles: add "
+                     "cycles or drop it");
+      }
+    }
+    if (const YAML::Node expect = root["expect_error"]) {
+      s.expect_error = scalar_string(expect, "expect_error");
+      if (s.expect_error.empty()) {
+        fail(expect, "'expect_error' must be a non-empty part of the error message expected");
+      }
+      s.expect_error_where = where(expect.Mark());
+    }
     return s;
   }
 
@@ -280,6 +330,24 @@ class Parser {
     return node.Scalar();
   }
 
+  std::vector<std::string> prefixes(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsSequence() || node.size() == 0) {
+      fail(node, fmt::format("'{}' must be a non-empty list of tensor-name prefixes", what));
+    }
+    std::vector<std::string> out;
+    for (const auto& prefix : node) out.push_back(scalar_string(prefix, "prefix"));
+    return out;
+  }
+
+  bool boolean(const YAML::Node& node, const std::string& what) const {
+    if (node.IsScalar() && node.Tag() != "!") {
+      if (node.Scalar() == "true" || node.Scalar() == "True") return true;
+      if (node.Scalar() == "false" || node.Scalar() == "False") return false;
+    }
+    fail(node, fmt::format("'{}' must be true or false, got '{}'", what,
+                           node.IsScalar() ? node.Scalar() : std::string("a non-scalar")));
+  }
+
   std::uint64_t unsigned_int(const YAML::Node& node, const std::string& what) const {
     if (node.IsScalar()) {
       const std::string& text = node.Scalar();
@@ -329,6 +397,13 @@ class Parser {
 };
 
 }  // namespace
+
+std::vector<std::string> RefitSpec::prefixes() const {
+  if (buckets.empty()) return only;
+  std::vector<std::string> all;
+  for (const auto& b : buckets) all.insert(all.end(), b.only.begin(), b.only.end());
+  return all;
+}
 
 Scenario parse_scenario_file(const std::string& path, const ScenarioCatalog& catalog) {
   return Parser(path, catalog).parse();

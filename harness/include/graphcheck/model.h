@@ -70,6 +70,9 @@ class TensorAttributes {
   void set(const torch::Tensor& tensor, TensorAttrs attrs);
   // nullptr when the tensor has no attributes.
   [[nodiscard]] const TensorAttrs* find(const torch::Tensor& tensor) const;
+  // Drops the tensor's attributes (e.g. of a staging tensor once it is folded back; a loader
+  // bound to a tensor would otherwise keep it alive).
+  void erase(const torch::Tensor& tensor);
 
  private:
   struct Entry {
@@ -115,6 +118,14 @@ class LifecycleModel {
   // PWAL: called by the loader after every load format (checkpoint, dummy) and every refit.
   // Must be idempotent.
   virtual void process_weights_after_loading() = 0;
+
+  // Refit: called by the loader once before the first tensor of every refit is streamed. A model
+  // whose live tensors hold a post-processed (kernel) layout swaps in checkpoint-layout staging
+  // tensors here, so that load_weights() can load them; its PWAL then folds the results back into
+  // the live storage with copy_(), which captured graphs keep reading (DESIGN §1.4). An
+  // unsupported configuration must throw here (ConfigError), never load into the kernel layout.
+  // The default does nothing.
+  virtual void stage_for_refit() {}
 
   // Must be graph-capturable: no host sync, no allocation that outlives the call.
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;

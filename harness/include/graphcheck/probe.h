@@ -33,7 +33,11 @@ struct LoadEvent : PhaseEvent {
   LoadFormat format = LoadFormat::checkpoint;
   bool refit = false;
   std::string source;               // "checkpoint 'path'"
+  std::string bucket;               // a refit streamed in named buckets: this load's bucket
   std::set<std::string> loaded;     // end only: names load_weights() reported
+  // End only, checkpoint loads: every tensor the stream delivered (the harness's copies, in the
+  // checkpoint layout), in stream order.
+  std::vector<NamedTensor> streamed;
 };
 
 // One write of the dummy loader into one tensor.
@@ -79,6 +83,8 @@ class RunContext {
   // PWAL; built once per cycle. Model failures are reported like A's (not a crash) and B's hook
   // announcements are kept out of the ledger.
   [[nodiscard]] virtual torch::Tensor reference_forward(const torch::Tensor& input) = 0;
+  // Model B's live tensors (live_tensors()), by name: what A's tensors should hold now.
+  [[nodiscard]] virtual std::vector<NamedTensor> reference_tensors() = 0;
   // A fresh model loaded like B (not cached): for checks that must not disturb model A.
   [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_loaded_model() = 0;
   // Runs process_weights_after_loading() on `model` (hooks unreported, failures as model
@@ -148,7 +154,8 @@ class Probe {
   // Around the eager forward of model A on the replayed input (right after each replay).
   virtual void on_compare_begin(RunContext& ctx, const CompareEvent& event) = 0;
   virtual void on_compare_end(RunContext& ctx, const CompareEvent& event) = 0;
-  // Around one refit cycle, which holds a load and a PWAL (nested inside these two events).
+  // Around one refit cycle: the model's stage_for_refit(), one load per bucket (one when the
+  // refit is not bucketed), then PWAL, all nested inside these two events.
   virtual void on_refit_begin(RunContext& ctx, const PhaseEvent& event) = 0;
   virtual void on_refit_end(RunContext& ctx, const PhaseEvent& event) = 0;
   // Whenever model code announces a hook (GRAPHCHECK_HOOK), in any phase.

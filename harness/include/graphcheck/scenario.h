@@ -22,10 +22,32 @@ class ScenarioError : public std::runtime_error {
 enum class LoadFormat { checkpoint, dummy };
 [[nodiscard]] const char* to_string(LoadFormat format);
 
+// One named part of a refit streamed in several loads (RL weight sync sends buckets).
+struct RefitBucket {
+  std::string name;
+  std::vector<std::string> only;  // name prefixes streamed in this bucket
+};
+
 struct RefitSpec {
   std::uint64_t seed = 0;
   std::vector<std::string> only;  // name prefixes streamed in this refit; empty: every tensor
-  std::string where;              // file:line:column of the cycle
+  // Non-empty: the refit is streamed as these buckets, one load_weights() each, in order, then
+  // one PWAL (`only` is then empty).
+  std::vector<RefitBucket> buckets;
+  std::string where;  // file:line:column of the cycle
+
+  // The prefixes this refit streams, over all buckets; empty: every tensor.
+  [[nodiscard]] std::vector<std::string> prefixes() const;
+};
+
+// Options of the poison probe (`poison:` in a scenario file).
+struct PoisonOptions {
+  // Tensor-name patterns of the staging tensors the model registers in stage_for_refit(): they
+  // are poisoned before the refit's first load and must hold no poison once streamed.
+  std::vector<std::string> staged;
+  // Also poison every parameter and persistent buffer a refit streams, before the refit; they
+  // must hold no poison after its PWAL.
+  bool before_refit = false;
 };
 
 struct Scenario {
@@ -51,6 +73,12 @@ struct Scenario {
     std::vector<std::int64_t> values;
   };
   std::optional<Growth> dummy_growth;
+  PoisonOptions poison;
+  // Non-empty: the run must stop with an error (a user error or a model failure) whose message
+  // contains this text, e.g. a configuration the model must refuse loudly. It passes when it
+  // does, and fails when the run completes or stops with another error.
+  std::string expect_error;
+  std::string expect_error_where;  // file:line:column
 };
 
 // The names a scenario may refer to. Supplied by the caller so that parsing stays torch-free.

@@ -1,0 +1,68 @@
+#include "poison.h"
+
+#include <torch/torch.h>
+
+namespace graphcheck {
+
+std::uint8_t poison_byte(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float8_e4m3fnuz:
+    case c10::ScalarType::Float8_e5m2fnuz:
+      return 0x80;  // their only NaN
+    default:
+      return 0xFF;
+  }
+}
+
+bool poison_is_nan(c10::ScalarType dtype) { return c10::isFloatingType(dtype); }
+
+torch::Tensor element_bytes(const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous().reshape({t.numel()});
+  return c.view(torch::kUInt8).reshape({t.numel(), static_cast<std::int64_t>(c.element_size())});
+}
+
+void fill_poison(torch::Tensor t) {
+  if (!t.defined() || t.numel() == 0) return;
+  torch::NoGradGuard no_grad;
+  const std::uint8_t byte = poison_byte(t.scalar_type());
+  if (t.is_contiguous()) {
+    t.reshape({t.numel()}).view(torch::kUInt8).fill_(byte);
+  } else {
+    torch::Tensor src = torch::empty(t.sizes(), t.options());
+    src.reshape({src.numel()}).view(torch::kUInt8).fill_(byte);
+    t.copy_(src);
+  }
+}
+
+void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
+  if (storage.nbytes() == 0) return;
+  torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8));
+  bytes.set_(storage, 0, {static_cast<std::int64_t>(storage.nbytes())}, {1});
+  bytes.fill_(byte);
+}
+
+Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected) {
+  Survivors s;
+  s.elements = t.numel();
+  if (s.elements == 0) return s;
+  const std::uint8_t byte = poison_byte(t.scalar_type());
+  torch::Tensor mask = element_bytes(t).eq(byte).all(1);
+  const bool comparable = expected.defined() && expected.scalar_type() == t.scalar_type() &&
+                          expected.sizes() == t.sizes();
+  if (comparable) {
+    // Where the expected value itself is the pattern, holding it is no evidence.
+    mask = mask.logical_and(element_bytes(expected).eq(byte).all(1).logical_not());
+    s.basis = "elements holding the poison where the expected value does not";
+  } else if (poison_is_nan(t.scalar_type())) {
+    s.basis = "elements holding the poison pattern (NaN)";
+  } else {
+    // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
+    if (!mask.all().item<bool>()) mask.zero_();
+    s.basis = "no expected value to compare with: counted only when every element kept the sentinel";
+  }
+  s.count = mask.sum().item<std::int64_t>();
+  if (s.count > 0) s.first = mask.nonzero()[0][0].item<std::int64_t>();
+  return s;
+}
+
+}  // namespace graphcheck

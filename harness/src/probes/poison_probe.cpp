@@ -1,0 +1,258 @@
+// poison: makes missed loads and stale reads loud, and counts what survives (DESIGN §1.4).
+//  - Staged tensors (`poison.staged` patterns): at the first load of every refit, right after the
+//    model's stage_for_refit(), every checkpoint tensor that matches is filled with poison. After
+//    each load, every staged tensor that load streamed must hold no poison any more: poison that
+//    survives means the load landed somewhere else (a loader bound to a stale tensor).
+//  - `poison.poison_before_refit: true`: every parameter and persistent buffer a refit streams is
+//    poisoned before the refit; after its PWAL the live tensor of each name must hold none.
+//  - After every refit, each read-set storage that no live tensor references (orphaned) is
+//    poisoned, so that a graph still reading it replays NaN instead of plausible stale numbers.
+//  - Every replay output is scanned for NaN.
+// The poison is the byte 0xFF (0x80 for the float8 "fnuz" types), which is NaN in every floating
+// dtype. Dtypes without NaN (uint8 payloads such as packed E2M1 or UE8M0 scales, integers) hold a
+// byte sentinel instead; an element counts as surviving when it still holds the sentinel where
+// the value it should hold (the streamed tensor, or model B's) does not. Without such a value,
+// only a tensor that kept the sentinel in every element is reported.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "glob.h"
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/probe.h"
+#include "poison.h"
+#include "tensor_format.h"
+
+namespace graphcheck {
+namespace {
+
+std::string hex_byte(std::uint8_t b) { return fmt::format("0x{:02X}", b); }
+
+struct Orphan {
+  std::string what;  // "'layers.0.weight_scale_inv' (uint8 [2, 2] at 0x...)"
+};
+
+class PoisonProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "poison"; }
+
+  void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override {
+    m_staged.clear();
+    m_staged_cycle = -1;
+    m_before.clear();
+    m_orphans.clear();
+    m_staged_survivors = false;
+    const Scenario& s = ctx.scenario();
+    if (!s.poison.before_refit) return;
+    const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
+    std::int64_t tensors = 0, bytes = 0;
+    for (auto& t : checkpoint_tensors(ctx.model())) {
+      if (!prefixes.empty() && !matches_any_prefix(t.name, prefixes)) continue;
+      if (!t.tensor.defined() || t.tensor.numel() == 0 || t.tensor.scalar_type() == torch::kBool) continue;
+      fill_poison(t.tensor);
+      m_before.push_back(t.name);
+      ++tensors;
+      bytes += static_cast<std::int64_t>(t.tensor.nbytes());
+    }
+    ctx.measure(e, "gc/poison/poisoned_before_refit/tensors", static_cast<double>(tensors), "tensors");
+    ctx.measure(e, "gc/poison/poisoned_before_refit/bytes", static_cast<double>(bytes), "bytes");
+  }
+
+  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
+    const Scenario& s = ctx.scenario();
+    if (!e.refit || s.poison.staged.empty() || m_staged_cycle == e.cycle) return;
+    // The first load of this refit: stage_for_refit() has just registered the staging tensors.
+    m_staged_cycle = e.cycle;
+    std::set<std::string> used;
+    std::int64_t bytes = 0;
+    for (auto& t : checkpoint_tensors(ctx.model())) {
+      bool match = false;
+      for (const auto& pattern : s.poison.staged) {
+        if (path_matches(pattern, t.name)) {
+          used.insert(pattern);
+          match = true;
+        }
+      }
+      if (!match || !t.tensor.defined() || t.tensor.scalar_type() == torch::kBool) continue;
+      fill_poison(t.tensor);
+      bytes += static_cast<std::int64_t>(t.tensor.nbytes());
+      m_staged.emplace(t.name, t.tensor);
+    }
+    ctx.measure(e, "gc/poison/staged/tensors", static_cast<double>(m_staged.size()), "tensors");
+    ctx.measure(e, "gc/poison/staged/bytes", static_cast<double>(bytes), "bytes");
+    for (const auto& pattern : s.poison.staged) {
+      if (used.count(pattern)) continue;
+      ctx.fail(name(), e, pattern,
+               fmt::format("poison.staged pattern '{}' matches no parameter or persistent buffer "
+                           "after stage_for_refit() in refit cycle {}, so nothing was poisoned: "
+                           "fix the pattern in {} (tensors look like '{}')",
+                           pattern, e.cycle, s.file, example_name(ctx)));
+    }
+  }
+
+  void on_load_end(RunContext& ctx, const LoadEvent& e) override {
+    if (!e.refit || m_staged.empty()) return;
+    const std::string load = e.bucket.empty() ? fmt::format("the load of refit cycle {}", e.cycle)
+                                              : fmt::format("bucket '{}' of refit cycle {}", e.bucket, e.cycle);
+    for (const auto& item : e.streamed) {
+      auto it = m_staged.find(item.name);
+      if (it == m_staged.end()) continue;
+      const torch::Tensor& staged = it->second;
+      const Survivors s = count_survivors(staged, item.tensor);
+      if (s.count == 0) continue;
+      m_staged_survivors = true;
+      ctx.fail(name(), e, item.name,
+               fmt::format("staged tensor '{}' still holds the poison in {} of {} elements (first "
+                           "at element {}) after {}, which streamed it: the load landed in "
+                           "another tensor (a weight_loader bound to a stale tensor?) or skipped "
+                           "part of it",
+                           item.name, s.count, s.elements, s.first, load),
+               evidence(item.name, staged, s, e.bucket));
+    }
+  }
+
+  void on_pwal_begin(RunContext& ctx, const PhaseEvent& e) override {
+    if (e.cycle == 0 || m_staged.empty()) return;
+    ctx.measure(e, "gc/poison/staged/tensors_checked", static_cast<double>(m_staged.size()), "tensors");
+    m_staged.clear();  // the staging buffers are the model's to free after PWAL
+  }
+
+  void on_refit_end(RunContext& ctx, const PhaseEvent& e) override {
+    check_before_refit(ctx, e);
+    poison_orphans(ctx, e);
+  }
+
+  void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
+    const torch::Tensor& out = e.replay_output;
+    if (!out.defined() || !c10::isFloatingType(out.scalar_type()) || out.numel() == 0) return;
+    const torch::Tensor nan = out.isnan().flatten();
+    const std::int64_t count = nan.sum().item<std::int64_t>();
+    if (count == 0) return;
+    const std::int64_t first = nan.nonzero()[0][0].item<std::int64_t>();
+    const std::string when = e.cycle == 0 ? std::string("after the initial load")
+                                          : fmt::format("after refit cycle {}", e.cycle);
+    std::string cause;
+    if (!m_orphans.empty()) {
+      std::vector<std::string> what;
+      for (const auto& o : m_orphans) what.push_back(o.what);
+      cause = fmt::format(
+          ": the graph still reads storage that no live tensor references any more, which "
+          "graphcheck poisoned after the refit ({}): the model registered another tensor in its "
+          "place (a rebind, or a staging tensor never folded back) instead of updating it in "
+          "place with copy_()",
+          fmt::join(what, ", "));
+    } else if (m_staged_survivors) {
+      cause = ": poison left in a staging tensor by a load that went elsewhere reached the "
+              "live weights (see the surviving-poison findings)";
+    } else {
+      cause = ": a poisoned byte that was never overwritten, or a NaN the model computes, "
+              "reached the output";
+    }
+    ctx.fail(name(), e, fmt::format("replay output (batch size {})", e.batch_size),
+             fmt::format("the replay at batch size {} {} produced {} NaN among {} output elements "
+                         "(first at element {}){}",
+                         e.batch_size, when, count, out.numel(), first, cause),
+             {{"nan_elements", std::to_string(count)},
+              {"elements", std::to_string(out.numel())},
+              {"first_nan_element", std::to_string(first)},
+              {"orphaned_storages_poisoned", std::to_string(m_orphans.size())}});
+  }
+
+ private:
+  static std::string example_name(RunContext& ctx) {
+    auto tensors = checkpoint_tensors(ctx.model());
+    return tensors.empty() ? "" : tensors.front().name;
+  }
+
+  static std::vector<std::pair<std::string, std::string>> evidence(const std::string& tensor,
+                                                                   const torch::Tensor& t,
+                                                                   const Survivors& s,
+                                                                   const std::string& bucket) {
+    std::vector<std::pair<std::string, std::string>> ev = {
+        {"tensor", tensor},
+        {"surviving_elements", std::to_string(s.count)},
+        {"elements", std::to_string(s.elements)},
+        {"first_element", std::to_string(s.first)},
+        {"first_byte_offset", std::to_string(s.first * static_cast<std::int64_t>(t.element_size()))},
+        {"dtype", c10::toString(t.scalar_type())},
+        {"shape", shape_string(t.sizes())},
+        {"address", address_string(t.data_ptr())},
+        {"poison", hex_byte(poison_byte(t.scalar_type()))},
+        {"counted", s.basis}};
+    if (!bucket.empty()) ev.push_back({"bucket", bucket});
+    return ev;
+  }
+
+  void check_before_refit(RunContext& ctx, const PhaseEvent& e) {
+    if (m_before.empty()) return;
+    std::map<std::string, torch::Tensor> live, expected;
+    for (auto& t : live_tensors(ctx.model())) live.emplace(t.name, t.tensor);
+    bool need_reference = false;
+    for (const auto& n : m_before) {
+      auto it = live.find(n);
+      if (it != live.end() && it->second.defined() && !poison_is_nan(it->second.scalar_type())) {
+        need_reference = true;
+      }
+    }
+    if (need_reference) {
+      for (auto& t : ctx.reference_tensors()) expected.emplace(t.name, t.tensor);
+    }
+    for (const auto& n : m_before) {
+      auto it = live.find(n);
+      if (it == live.end() || !it->second.defined()) continue;  // the address probe's business
+      auto ref = expected.find(n);
+      const Survivors s = count_survivors(it->second, ref == expected.end() ? torch::Tensor() : ref->second);
+      if (s.count == 0) continue;
+      ctx.fail(name(), e, n,
+               fmt::format("tensor '{}' still holds the poison written before refit cycle {} in "
+                           "{} of {} elements (first at element {}) after the refit's PWAL, "
+                           "although the refit streamed it: its load went elsewhere, or poison "
+                           "from a tensor the refit missed spread into it in post-processing",
+                           n, e.cycle, s.count, s.elements, s.first),
+               evidence(n, it->second, s, ""));
+    }
+    m_before.clear();
+  }
+
+  void poison_orphans(RunContext& ctx, const PhaseEvent& e) {
+    std::set<const c10::StorageImpl*> live;
+    for (auto& t : live_tensors(ctx.model())) {
+      if (t.tensor.defined() && t.tensor.has_storage()) live.insert(t.tensor.storage().unsafeGetStorageImpl());
+    }
+    std::set<const c10::StorageImpl*> done;
+    std::int64_t bytes = 0;
+    for (CapturedGraph* graph : ctx.graphs()) {
+      for (const ReadSetEntry& entry : graph->read_set()) {
+        const c10::StorageImpl* impl = entry.storage.unsafeGetStorageImpl();
+        if (!impl || live.count(impl) || !done.insert(impl).second) continue;
+        fill_storage(entry.storage, poison_byte(entry.dtype));
+        bytes += static_cast<std::int64_t>(entry.storage.nbytes());
+        m_orphans.push_back({fmt::format("{}{} {} at {}",
+                                         entry.name.empty() ? "" : fmt::format("'{}', ", entry.name),
+                                         c10::toString(entry.dtype), shape_string(entry.sizes),
+                                         address_string(entry.address))});
+      }
+    }
+    ctx.measure(e, "gc/poison/orphaned_storages_poisoned", static_cast<double>(m_orphans.size()), "storages");
+    ctx.measure(e, "gc/poison/orphaned_bytes_poisoned", static_cast<double>(bytes), "bytes");
+  }
+
+  std::map<std::string, torch::Tensor> m_staged;  // this refit's staging tensors, by name
+  int m_staged_cycle = -1;
+  bool m_staged_survivors = false;
+  std::vector<std::string> m_before;  // names poisoned before this refit
+  std::vector<Orphan> m_orphans;      // poisoned after the last refit
+};
+
+}  // namespace
+
+GRAPHCHECK_REGISTER_PROBE("poison",
+                          "poisoned staging bytes are all overwritten by the refit, orphaned "
+                          "graph inputs are poisoned after each refit, replay outputs hold no NaN",
+                          PoisonProbe);
+
+}  // namespace graphcheck

@@ -1,0 +1,422 @@
+// Quantized refit (bug class 4): the poison patterns and survivor counting, the staging and
+// fold-back helpers the quantized fixtures use, bucketed refits, expect_error, and the poison
+// probe's evidence on the fixtures.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/driver.h"
+#include "graphcheck/probe.h"
+#include "graphcheck_test_config.h"
+#include "poison.h"
+#include "quant/staging.h"
+#include "torch_compat.h"
+
+namespace graphcheck {
+namespace {
+
+// ---- poison patterns --------------------------------------------------------------------------
+
+TEST(Poison, PatternIsNanInEveryFloatingDtype) {
+  std::vector<c10::ScalarType> dtypes = {
+      torch::kFloat64, torch::kFloat32, torch::kFloat16, torch::kBFloat16,
+      c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2,
+      c10::ScalarType::Float8_e4m3fnuz, c10::ScalarType::Float8_e5m2fnuz};
+#if GRAPHCHECK_HAS_FLOAT8_E8M0
+  dtypes.push_back(c10::ScalarType::Float8_e8m0fnu);
+#endif
+  for (auto dtype : dtypes) {
+    torch::Tensor t = torch::zeros({3, 5}, torch::TensorOptions().dtype(dtype));
+    fill_poison(t);
+    EXPECT_TRUE(poison_is_nan(dtype)) << dtype;
+    EXPECT_TRUE(t.to(torch::kFloat32).isnan().all().item<bool>()) << dtype;
+    const Survivors s = count_survivors(t, torch::Tensor());
+    EXPECT_EQ(s.count, 15) << dtype;
+    EXPECT_EQ(s.first, 0) << dtype;
+  }
+  EXPECT_EQ(poison_byte(c10::ScalarType::Float8_e4m3fnuz), 0x80);
+  EXPECT_EQ(poison_byte(torch::kUInt8), 0xFF);
+  EXPECT_FALSE(poison_is_nan(torch::kUInt8));
+}
+
+TEST(Poison, FillsNonContiguousTensorsInPlace) {
+  torch::Tensor base = torch::zeros({4, 6});
+  torch::Tensor view = base.t();  // non-contiguous, same storage
+  fill_poison(view);
+  EXPECT_TRUE(base.isnan().all().item<bool>());
+  torch::Tensor strided = torch::zeros({8});
+  fill_poison(strided.slice(0, 0, 8, 2));
+  EXPECT_EQ(strided.isnan().sum().item<std::int64_t>(), 4);
+  EXPECT_FALSE(strided[1].isnan().item<bool>());
+}
+
+TEST(Poison, CountsSurvivorsAndTheFirstOffset) {
+  torch::Tensor t = torch::zeros({10});
+  fill_poison(t.slice(0, 3, 6));
+  Survivors s = count_survivors(t, torch::Tensor());
+  EXPECT_EQ(s.count, 3);
+  EXPECT_EQ(s.first, 3);
+  EXPECT_EQ(s.elements, 10);
+  // A computed NaN (not the pattern's bytes) is not a survivor.
+  torch::Tensor computed = torch::full({4}, std::nan(""));
+  EXPECT_EQ(count_survivors(computed, torch::Tensor()).count, 0);
+}
+
+TEST(Poison, SentinelWithoutNanNeedsTheExpectedValue) {
+  // uint8 payload: 0xFF is a legitimate byte (two E2M1 -6.0 values).
+  torch::Tensor expected = torch::tensor({1, 255, 3, 255, 5}, torch::kUInt8);
+  torch::Tensor loaded = expected.clone();
+  EXPECT_EQ(count_survivors(loaded, expected).count, 0);  // legitimate 0xFF bytes do not count
+  loaded[2] = 255;                                          // one element the load missed
+  Survivors s = count_survivors(loaded, expected);
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.first, 2);
+  // Without an expected value: only a tensor that kept the sentinel everywhere counts.
+  EXPECT_EQ(count_survivors(loaded, torch::Tensor()).count, 0);
+  torch::Tensor untouched = torch::zeros({6}, torch::kUInt8);
+  fill_poison(untouched);
+  EXPECT_EQ(count_survivors(untouched, torch::Tensor()).count, 6);
+  // An expected value of another shape is no reference.
+  EXPECT_EQ(count_survivors(untouched, torch::zeros({3}, torch::kUInt8)).count, 6);
+}
+
+TEST(Poison, FillsAWholeStorage) {
+  torch::Tensor t = torch::zeros({2, 3}, torch::kFloat16);
+  fill_storage(t.storage(), 0xFF);
+  EXPECT_TRUE(t.isnan().all().item<bool>());
+}
+
+// ---- staging and fold-back --------------------------------------------------------------------
+
+class TestLayer : public fixtures::quant::QuantModule {
+ public:
+  explicit TestLayer(TensorAttributes& attributes) : QuantModule("blocks.3") {
+    weight = register_parameter("weight", torch::arange(6, torch::kFloat32).reshape({2, 3}), false);
+    scale = register_parameter("scale", torch::zeros({3}, torch::kUInt8), false);
+    attributes.set(weight, {0.5, true, fixtures::quant::bound_loader(weight, "blocks.3.weight")});
+  }
+  torch::Tensor weight, scale;
+};
+
+TEST(Staging, ReusesTheLiveStorageOnlyWhenTheLayoutMatches) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "weight", {2, 3}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_TRUE(layer.staging());
+  torch::Tensor staged_weight = layer.registered("weight");
+  torch::Tensor staged_scale = layer.registered("scale");
+  EXPECT_FALSE(staged_weight.is_same(layer.weight));              // a new parameter object
+  EXPECT_EQ(staged_weight.data_ptr(), layer.weight.data_ptr());   // over the live storage
+  EXPECT_NE(staged_scale.data_ptr(), layer.scale.data_ptr());     // a new buffer, zero-filled
+  EXPECT_EQ(staged_scale.sizes(), (std::vector<std::int64_t>{3, 1}));
+  EXPECT_TRUE(staged_scale.eq(0).all().item<bool>());
+  // The staged parameter gets the live one's data attributes and a loader bound to itself.
+  const TensorAttrs* attrs = attributes.find(staged_weight);
+  ASSERT_NE(attrs, nullptr);
+  EXPECT_EQ(attrs->dummy_weight_value, 0.5);
+  torch::Tensor dummy;
+  attrs->weight_loader(dummy, torch::full({2, 3}, 7.0f));
+  EXPECT_TRUE(layer.weight.eq(7).all().item<bool>());
+
+  // A new weight buffer, when the layout differs, starts as poison.
+  layer.stage(attributes, "weight", {3, 2}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  EXPECT_TRUE(layer.registered("weight").isnan().all().item<bool>());
+}
+
+TEST(Staging, FoldBackCopiesIntoTheLiveStorageAndRegistersItAgain) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  const void* live_address = layer.scale.data_ptr();
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  torch::Tensor staged = layer.registered("scale");
+  layer.fold_back(attributes, "scale", torch::tensor({120, 127, 130}, torch::kUInt8));
+  EXPECT_TRUE(layer.registered("scale").is_same(layer.scale));
+  EXPECT_EQ(layer.scale.data_ptr(), live_address);
+  EXPECT_EQ(layer.scale[2].item<int>(), 130);
+  EXPECT_EQ(attributes.find(staged), nullptr);  // the staging tensor's attributes are dropped
+  EXPECT_FALSE(layer.staging());
+  layer.check_no_leftovers();
+}
+
+TEST(Staging, FoldBackShapeOrDtypeMismatchIsAnErrorNamingTheTensor) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  try {
+    layer.fold_back(attributes, "scale", torch::zeros({4}, torch::kUInt8));
+    ADD_FAILURE() << "a shape mismatch folded back";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("refit of 'blocks.3.scale'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[4] Byte"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[3] Byte"), std::string::npos) << e.what();
+  }
+  try {
+    layer.fold_back(attributes, "scale", torch::zeros({3}, torch::kInt32));
+    ADD_FAILURE() << "a dtype mismatch folded back";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'blocks.3.scale'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Int"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(layer.scale.eq(0).all().item<bool>());  // the live tensor is untouched
+}
+
+TEST(Staging, LeftoverStagedParametersAreAnErrorNamingThem) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "weight", {2, 3}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  layer.fold_back(attributes, "weight", layer.registered("weight"));
+  try {
+    layer.check_no_leftovers();
+    ADD_FAILURE() << "a leftover staged parameter went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("blocks.3.scale"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("blocks.3.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Staging, ABoundLoaderWritesIntoTheTensorItWasBoundTo) {
+  torch::Tensor a = torch::zeros({2});
+  torch::Tensor b = torch::zeros({2});
+  WeightLoader loader = fixtures::quant::bound_loader(a, "x.a");
+  loader(b, torch::ones({2}));  // attached to b, still writes a: the seed's stale binding
+  EXPECT_TRUE(a.eq(1).all().item<bool>());
+  EXPECT_TRUE(b.eq(0).all().item<bool>());
+  EXPECT_THROW(loader(a, torch::ones({3})), CheckpointMismatch);
+}
+
+// ---- driver: stage, buckets, expect_error -----------------------------------------------------
+
+class LoadLog final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "load_log"; }
+  void on_refit_begin(RunContext&, const PhaseEvent& e) override { log.push_back(fmt::format("refit_begin {}", e.cycle)); }
+  void on_load_begin(RunContext&, const LoadEvent& e) override {
+    log.push_back(fmt::format("load_begin {} bucket={}", e.cycle, e.bucket));
+  }
+  void on_load_end(RunContext&, const LoadEvent& e) override {
+    std::vector<std::string> names;
+    for (const auto& t : e.streamed) names.push_back(t.name);
+    log.push_back(fmt::format("load_end {} bucket={} streamed={}", e.cycle, e.bucket, fmt::join(names, ",")));
+  }
+  void on_pwal_begin(RunContext&, const PhaseEvent& e) override { log.push_back(fmt::format("pwal {}", e.cycle)); }
+  void on_refit_end(RunContext&, const PhaseEvent& e) override { log.push_back(fmt::format("refit_end {}", e.cycle)); }
+  void on_hook(RunContext&, const HookEvent& e) override {
+    if (e.hook.rfind("stage", 0) == 0) log.push_back(fmt::format("hook {} {} in {}", e.module_path, e.hook, to_string(e.phase)));
+  }
+  std::vector<std::string> log;
+};
+
+Scenario fp8_scenario(std::vector<std::string> checks) {
+  Scenario s;
+  s.name = "fp8";
+  s.file = "fp8.yaml";
+  s.fixture = "fp8_linear";
+  s.config.set("layers", std::int64_t{2});
+  s.config.set("hidden", std::int64_t{192});
+  s.config.set("block", std::int64_t{128});
+  s.batch_sizes = {2};
+  RefitSpec refit;
+  refit.seed = 2;
+  refit.buckets = {{"first", {"layers.0."}}, {"second", {"layers.1.proj."}}};
+  s.cycles = {refit};
+  s.checks = std::move(checks);
+  return s;
+}
+
+RunOptions options(std::vector<Probe*> probes = {}, std::set<std::string> mutations = {}) {
+  RunOptions o;
+  o.work_dir = std::string(GRAPHCHECK_TEST_BINARY_DIR) + "/quantized_refit_work";
+  o.extra_probes = std::move(probes);
+  o.mutations = std::move(mutations);
+  return o;
+}
+
+TEST(QuantizedRefit, StagesOnceThenLoadsEachBucketThenOnePwal) {
+  LoadLog log;
+  ScenarioRecord r = run_scenario(fp8_scenario({"replay_diff", "address"}), options({&log}));
+  ASSERT_EQ(r.status, Status::passed) << r.reason;
+  std::vector<std::string> refit(std::find(log.log.begin(), log.log.end(), "refit_begin 1"), log.log.end());
+  // Streamed in the checkpoint file's order (safetensors keeps larger alignments first).
+  EXPECT_EQ(refit, (std::vector<std::string>{
+                       "refit_begin 1",
+                       "hook layers.0.proj stage_fp8_params_for_loading in refit",
+                       "hook layers.1.proj stage_fp8_params_for_loading in refit",
+                       "load_begin 1 bucket=first",
+                       "load_end 1 bucket=first streamed=layers.0.norm,layers.0.proj.weight_scale_inv,layers.0.proj.weight",
+                       "load_begin 1 bucket=second",
+                       "load_end 1 bucket=second streamed=layers.1.proj.weight_scale_inv,layers.1.proj.weight",
+                       "pwal 1",
+                       "refit_end 1"}));
+}
+
+TEST(QuantizedRefit, LiveTensorsHoldTheKernelLayoutAfterPwal) {
+  ScenarioRecord r = run_scenario(fp8_scenario({"replay_diff"}), options());
+  ASSERT_EQ(r.status, Status::passed) << r.reason;
+  ModelConfig config;
+  config.set("hidden", std::int64_t{192});
+  auto model = ModelRegistry::get().find("fp8_linear")->factory(config);
+  auto weights = model->synthesize_checkpoint(5);
+  TensorListWeightStream stream(weights, "test");
+  model->load_weights(stream);
+  model->process_weights_after_loading();
+  std::map<std::string, torch::Tensor> live;
+  for (auto& t : live_tensors(*model)) live[t.name] = t.tensor;
+  EXPECT_EQ(live.at("layers.0.proj.weight").scalar_type(), c10::ScalarType::Float8_e4m3fn);
+  EXPECT_EQ(live.at("layers.0.proj.weight_scale_inv").scalar_type(), torch::kUInt8);  // UE8M0
+  EXPECT_EQ(live.at("layers.0.proj.weight_scale_inv").sizes(), (std::vector<std::int64_t>{2, 2}));
+}
+
+TEST(QuantizedRefit, Mxfp4DeepGemmScalesAreKBlockMajor) {
+  ModelConfig config;
+  config.set("layers", std::int64_t{1});
+  config.set("hidden", std::int64_t{64});
+  config.set("intermediate", std::int64_t{32});
+  config.set("experts", std::int64_t{2});
+  auto model = ModelRegistry::get().find("mxfp4_moe")->factory(config);
+  auto weights = model->synthesize_checkpoint(5);
+  std::map<std::string, torch::Tensor> ckpt;
+  for (auto& t : weights) ckpt[t.name] = t.tensor;
+  EXPECT_EQ(ckpt.at("layers.0.experts.w13_weight_scale").sizes(), (std::vector<std::int64_t>{2, 64, 2}));
+  TensorListWeightStream stream(weights, "test");
+  model->load_weights(stream);
+  model->process_weights_after_loading();
+  std::map<std::string, torch::Tensor> live;
+  for (auto& t : live_tensors(*model)) live[t.name] = t.tensor;
+  EXPECT_EQ(live.at("layers.0.experts.w13_weight_scale").sizes(), (std::vector<std::int64_t>{2, 2, 64}));
+  EXPECT_EQ(live.at("layers.0.experts.w2_weight_scale").sizes(), (std::vector<std::int64_t>{2, 1, 64}));
+  EXPECT_TRUE(live.at("layers.0.experts.w13_weight_scale")
+                  .equal(ckpt.at("layers.0.experts.w13_weight_scale").transpose(1, 2).contiguous()));
+}
+
+Scenario triton_scenario() {
+  Scenario s;
+  s.name = "triton";
+  s.file = "triton.yaml";
+  s.fixture = "mxfp4_moe";
+  s.config.set("layers", std::int64_t{1});
+  s.config.set("hidden", std::int64_t{64});
+  s.config.set("intermediate", std::int64_t{32});
+  s.config.set("experts", std::int64_t{2});
+  s.config.set("moe_backend", std::string("triton"));
+  s.batch_sizes = {2};
+  s.cycles = {RefitSpec{2, {}, {}, "triton.yaml:9:5"}};
+  s.checks = {"replay_diff"};
+  return s;
+}
+
+TEST(QuantizedRefit, UnsupportedBackendFailsLoudlyNamingTheBackendToUse) {
+  ScenarioRecord r = run_scenario(triton_scenario(), options());
+  EXPECT_EQ(r.status, Status::error);
+  EXPECT_NE(r.reason.find("'triton' backend re-lays out the expert weights"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("set moe_backend: deep_gemm"), std::string::npos) << r.reason;
+}
+
+TEST(QuantizedRefit, ExpectErrorPassesOnlyOnThatError) {
+  Scenario s = triton_scenario();
+  s.expect_error = "supported only with moe_backend: deep_gemm";
+  s.expect_error_where = "triton.yaml:12:15";
+  ScenarioRecord r = run_scenario(s, options());
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_NE(r.reason.find("stopped as expected in phase refit (cycle 1)"), std::string::npos) << r.reason;
+
+  // Another error: still an error, saying what was expected instead.
+  s.expect_error = "some other message";
+  r = run_scenario(s, options());
+  EXPECT_EQ(r.status, Status::error);
+  EXPECT_NE(r.reason.find("expects an error containing 'some other message' instead, triton.yaml:12:15"),
+            std::string::npos) << r.reason;
+
+  // The silent pre-fix path: no error, so the scenario fails with the driver's finding, and
+  // replay_diff sees the wrong weights.
+  s.expect_error = "supported only with moe_backend: deep_gemm";
+  r = run_scenario(s, options({}, {"mxfp4.silent_unsupported_backend"}));
+  EXPECT_EQ(r.status, Status::failed);
+  std::set<std::string> probes = r.failed_probes();
+  EXPECT_TRUE(probes.count("driver"));
+  EXPECT_TRUE(probes.count("replay_diff"));
+  bool said = false;
+  for (const auto& f : r.findings) {
+    said |= f.probe == "driver" && f.message.find("but it completed") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
+// ---- the poison probe on the fixtures ---------------------------------------------------------
+
+std::map<std::string, std::string> evidence_of(const Finding& f) {
+  return {f.evidence.begin(), f.evidence.end()};
+}
+
+TEST(PoisonProbe, StaleBoundLoaderLeavesTheStagedScaleFullOfPoison) {
+  Scenario s = fp8_scenario({"poison", "replay_diff"});
+  s.poison.staged = {"layers.*.proj.weight", "layers.*.proj.weight_scale_inv"};
+  ScenarioRecord clean = run_scenario(s, options());
+  ASSERT_EQ(clean.status, Status::passed) << clean.reason;
+
+  ScenarioRecord r = run_scenario(s, options({}, {"fp8.stale_bound_loader"}));
+  ASSERT_EQ(r.status, Status::failed);
+  std::map<std::string, Finding> staged;
+  for (const auto& f : r.findings) {
+    if (f.probe == "poison" && f.phase == "load") staged[f.subject] = f;
+  }
+  // Scales stay poisoned; weights survive by aliasing the live storage (no finding).
+  ASSERT_EQ(staged.size(), 2u);
+  for (const char* name : {"layers.0.proj.weight_scale_inv", "layers.1.proj.weight_scale_inv"}) {
+    ASSERT_TRUE(staged.count(name)) << name;
+    auto ev = evidence_of(staged[name]);
+    EXPECT_EQ(ev["surviving_elements"], "4");
+    EXPECT_EQ(ev["elements"], "4");
+    EXPECT_EQ(ev["first_element"], "0");
+    EXPECT_EQ(ev["poison"], "0xFF");
+  }
+  EXPECT_EQ(evidence_of(staged["layers.1.proj.weight_scale_inv"])["bucket"], "second");
+}
+
+TEST(PoisonProbe, RebindInsteadOfFoldPoisonsTheOrphansAndTheReplayTurnsNan) {
+  Scenario s = fp8_scenario({"poison"});
+  ScenarioRecord r = run_scenario(s, options({}, {"fp8.rebind_instead_of_fold"}));
+  ASSERT_EQ(r.status, Status::failed);
+  bool replay_nan = false;
+  for (const auto& f : r.findings) {
+    if (f.probe != "poison" || f.phase != "replay") continue;
+    replay_nan = true;
+    EXPECT_NE(f.message.find("'layers.0.proj.weight_scale_inv'"), std::string::npos) << f.message;
+    EXPECT_EQ(evidence_of(f)["orphaned_storages_poisoned"], "4");
+    EXPECT_EQ(evidence_of(f)["nan_elements"], "384");  // every element of the [2, 192] output
+  }
+  EXPECT_TRUE(replay_nan);
+}
+
+TEST(PoisonProbe, APatternMatchingNothingIsAFinding) {
+  Scenario s = fp8_scenario({"poison"});
+  s.poison.staged = {"layers.*.proj.weight_scale", "layers.*.proj.weight"};
+  ScenarioRecord r = run_scenario(s, options());
+  ASSERT_EQ(r.status, Status::failed);
+  ASSERT_EQ(r.findings.size(), 1u);
+  EXPECT_EQ(r.findings[0].subject, "layers.*.proj.weight_scale");
+  EXPECT_NE(r.findings[0].message.find("matches no parameter or persistent buffer"), std::string::npos);
+}
+
+TEST(PoisonProbe, PoisonBeforeRefitIsOverwrittenOnACleanRefit) {
+  Scenario s = fp8_scenario({"poison"});
+  s.poison.before_refit = true;
+  ScenarioRecord r = run_scenario(s, options());
+  ASSERT_EQ(r.status, Status::passed) << r.reason;
+  double tensors = -1;
+  for (const auto& m : r.measurements) {
+    if (m.tag == "gc/poison/poisoned_before_refit/tensors") tensors = m.value;
+  }
+  EXPECT_EQ(tensors, 5);  // layers.0.{norm, proj.weight, proj.weight_scale_inv}, layers.1.proj.*
+}
+
+}  // namespace
+}  // namespace graphcheck
