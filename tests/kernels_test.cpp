@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <cmath>
 
 #include "backends/emulated_backend.h"
@@ -145,6 +147,24 @@ TEST(QuantOpsCapture, EmulatedBackendReplaysTheCustomOpAndSeesScaleUpdates) {
   graph->static_input().copy_(x);
   graph->replay();
   EXPECT_TRUE(torch::allclose(graph->static_output(), model.forward(x)));
+}
+
+// Every op has a CPU kernel, and a CUDA kernel wherever nvcc compiled the .cu files, so that on a
+// GPU the ops dispatch to CUDA (checked here through the dispatcher; the kernels themselves run
+// in tests/gpu/, on a device).
+TEST(QuantOpsRegistration, EveryOpHasItsKernels) {
+  for (const char* name : {"graphcheck::fp8_block_quantize", "graphcheck::fp8_block_dequantize",
+                           "graphcheck::fp8_block_linear", "graphcheck::mxfp4_quantize",
+                           "graphcheck::mxfp4_dequantize", "graphcheck::mxfp4_moe"}) {
+    auto op = c10::Dispatcher::singleton().findSchema({name, ""});
+    ASSERT_TRUE(op.has_value()) << name;
+    EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) << name;
+#if defined(GRAPHCHECK_HAS_CUDA_KERNELS)
+    EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) << name;
+#else
+    EXPECT_FALSE(op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) << name;
+#endif
+  }
 }
 
 }  // namespace
