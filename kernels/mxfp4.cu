@@ -17,7 +17,8 @@ __global__ void mxfp4_dequant_kernel(const std::uint8_t* packed, const std::uint
   const std::uint8_t byte = packed[r * (k / 2) + c / 2];
   const std::uint8_t code = (c % 2 == 0) ? (byte & 15) : (byte >> 4);
   const float mag = kE2m1[code & 7];
-  const float scale = exp2f(static_cast<float>(scales[r * (k / 32) + c / 32]) - 127.0f);
+  const std::uint8_t s = scales[r * (k / 32) + c / 32];
+  const float scale = s == 0xFF ? __int_as_float(0x7fc00000) : exp2f(static_cast<float>(s) - 127.0f);  // 0xFF: NaN
   out[i] = ((code & 8) ? -mag : mag) * scale;
 }
 

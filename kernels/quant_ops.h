@@ -6,7 +6,8 @@
 // FP8 block scaling: weight [N, K] in float8_e4m3fn, one float32 weight_scale_inv per
 // block x block tile; dequantised value = float(q) * scale_inv[n / block][k / block].
 // MXFP4 (OCP MX): two E2M1 values per byte (element 2i in the low nibble, 2i+1 in the high one),
-// one UE8M0 uint8 scale per 32 consecutive values along the last dim; value = e2m1 * 2^(s - 127).
+// one UE8M0 uint8 scale per 32 consecutive values along the last dim; value = e2m1 * 2^(s - 127),
+// and a scale of 0xFF (the UE8M0 NaN) makes its 32 values NaN.
 
 #include <torch/types.h>
 

@@ -101,7 +101,9 @@ torch::Tensor mxfp4_dequantize_cpu(const torch::Tensor& packed, const torch::Ten
   torch::Tensor lut = torch::from_blob(const_cast<float*>(kE2m1), {8}, torch::kFloat32);
   torch::Tensor mag = lut.index({code.bitwise_and(7)});
   torch::Tensor value = torch::where(code.bitwise_and(8) != 0, -mag, mag);
-  torch::Tensor scale = torch::exp2(scales.to(torch::kFloat32) - 127).repeat_interleave(kMxBlock, -1);
+  // UE8M0: 2^(s - 127); 0xFF is NaN (OCP MX).
+  torch::Tensor scale = torch::exp2(scales.to(torch::kFloat32) - 127);
+  scale = torch::where(scales == 255, torch::full_like(scale, NAN), scale).repeat_interleave(kMxBlock, -1);
   return value * scale;
 }
 

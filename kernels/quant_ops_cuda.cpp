@@ -4,6 +4,7 @@
 // any libtorch build: the code only runs for CUDA tensors, which need a CUDA build of libtorch.
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/library.h>
 
@@ -28,11 +29,18 @@ void check_launch(cudaError_t err, const char* op) {
 
 std::int64_t blocks(std::int64_t n, std::int64_t block) { return (n + block - 1) / block; }
 
+void check_same_device(const char* op, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.device() == b.device(), "graphcheck::", op, ": tensors on ", a.device(), " and ",
+              b.device(), ": move them to one CUDA device");
+}
+
 std::tuple<at::Tensor, at::Tensor> fp8_block_quantize_cuda(const at::Tensor& w, std::int64_t block) {
   TORCH_CHECK(w.dim() == 2, "fp8_block_quantize: weight must be 2-D [N, K], got ", w.sizes());
   TORCH_CHECK(block > 0, "fp8_block_quantize: block size must be positive");
+  const c10::OptionalDeviceGuard guard(w.device());
   const at::Tensor wf = w.to(at::kFloat).contiguous();
   const std::int64_t n = w.size(0), k = w.size(1);
+  TORCH_CHECK(n > 0 && k > 0, "fp8_block_quantize: weight ", w.sizes(), " is empty");
   at::Tensor q = at::empty({n, k}, w.options().dtype(c10::ScalarType::Float8_e4m3fn));
   at::Tensor scale_inv = at::empty({blocks(n, block), blocks(k, block)}, w.options().dtype(at::kFloat));
   check_launch(cuda::fp8_block_quantize(wf.data_ptr<float>(), static_cast<std::uint8_t*>(q.data_ptr()),
@@ -46,7 +54,10 @@ at::Tensor fp8_block_dequantize_cuda(const at::Tensor& q, const at::Tensor& scal
   TORCH_CHECK(q.scalar_type() == c10::ScalarType::Float8_e4m3fn,
               "fp8_block_dequantize: the weight must be float8_e4m3fn, got ", q.scalar_type());
   TORCH_CHECK(q.dim() == 2 && scale_inv.dim() == 2, "fp8_block_dequantize: 2-D tensors expected");
+  check_same_device("fp8_block_dequantize", q, scale_inv);
+  const c10::OptionalDeviceGuard guard(q.device());
   const std::int64_t n = q.size(0), k = q.size(1);
+  if (n == 0 || k == 0) return at::empty({n, k}, q.options().dtype(at::kFloat));
   TORCH_CHECK(scale_inv.size(0) == blocks(n, block) && scale_inv.size(1) == blocks(k, block),
               "fp8_block_dequantize: weight_scale_inv has shape ", scale_inv.sizes(), " but a ",
               q.sizes(), " weight with block ", block, " needs [", blocks(n, block), ", ",
@@ -69,6 +80,14 @@ at::Tensor fp8_block_linear_cuda(const at::Tensor& x, const at::Tensor& q, const
 std::tuple<at::Tensor, at::Tensor> mxfp4_quantize_cuda(const at::Tensor& w) {
   TORCH_CHECK(w.dim() >= 1 && w.size(-1) % kMxBlock == 0,
               "mxfp4_quantize: the last dim must be a multiple of 32, got ", w.sizes());
+  if (w.numel() == 0) {
+    auto empty_sizes = w.sizes().vec();
+    empty_sizes.back() /= 2;
+    auto empty_scales = w.sizes().vec();
+    empty_scales.back() /= kMxBlock;
+    return {at::empty(empty_sizes, w.options().dtype(at::kByte)), at::empty(empty_scales, w.options().dtype(at::kByte))};
+  }
+  const c10::OptionalDeviceGuard guard(w.device());
   const at::Tensor wf = w.to(at::kFloat).contiguous();
   const std::int64_t k = w.size(-1), rows = w.numel() / k;
   auto packed_sizes = w.sizes().vec();
@@ -95,10 +114,13 @@ at::Tensor mxfp4_dequantize_cuda(const at::Tensor& packed, const at::Tensor& sca
   TORCH_CHECK(scales.sizes().slice(0, scales.dim() - 1) == packed.sizes().slice(0, packed.dim() - 1),
               "mxfp4_dequantize: scales ", scales.sizes(), " do not match packed ", packed.sizes(),
               " in their leading dims");
-  const at::Tensor pc = packed.contiguous();
-  const at::Tensor scl = scales.contiguous();
+  check_same_device("mxfp4_dequantize", packed, scales);
+  const c10::OptionalDeviceGuard guard(packed.device());
   auto sizes = packed.sizes().vec();
   sizes.back() = k;
+  if (packed.numel() == 0) return at::empty(sizes, packed.options().dtype(at::kFloat));
+  const at::Tensor pc = packed.contiguous();
+  const at::Tensor scl = scales.contiguous();
   at::Tensor out = at::empty(sizes, packed.options().dtype(at::kFloat));
   check_launch(cuda::mxfp4_dequantize(pc.data_ptr<std::uint8_t>(), scl.data_ptr<std::uint8_t>(),
                                       out.data_ptr<float>(), packed.numel() / packed.size(-1), k,

@@ -71,6 +71,16 @@ TEST(Mxfp4, PacksTwoE2m1ValuesPerByteLowNibbleFirst) {
   EXPECT_EQ(packed[0].item<int>(), 1 | (15 << 4));
 }
 
+TEST(Mxfp4, Ue8m0NanScaleMakesItsBlockNan) {
+  torch::Tensor packed = torch::full({64}, 1 | (1 << 4), torch::kUInt8);  // every value 0.5
+  torch::Tensor scales = torch::tensor({127, 255, 128, 255}, torch::kUInt8);
+  torch::Tensor out = mxfp4_dequantize(packed, scales);
+  EXPECT_TRUE(out.slice(0, 0, 32).eq(0.5).all().item<bool>());
+  EXPECT_TRUE(out.slice(0, 32, 64).isnan().all().item<bool>());
+  EXPECT_TRUE(out.slice(0, 64, 96).eq(1.0).all().item<bool>());
+  EXPECT_TRUE(out.slice(0, 96, 128).isnan().all().item<bool>());
+}
+
 TEST(Mxfp4, RepresentableValuesRoundTripExactly) {
   const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   torch::Tensor w = torch::empty({3, 64});

@@ -137,7 +137,7 @@ TEST(Staging, FoldBackCopiesIntoTheLiveStorageAndRegistersItAgain) {
   const void* live_address = layer.scale.data_ptr();
   layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
   torch::Tensor staged = layer.registered("scale");
-  layer.fold_back(attributes, "scale", torch::tensor({120, 127, 130}, torch::kUInt8));
+  layer.fold_back(attributes, {{"scale", torch::tensor({120, 127, 130}, torch::kUInt8)}});
   EXPECT_TRUE(layer.registered("scale").is_same(layer.scale));
   EXPECT_EQ(layer.scale.data_ptr(), live_address);
   EXPECT_EQ(layer.scale[2].item<int>(), 130);
@@ -151,7 +151,7 @@ TEST(Staging, FoldBackShapeOrDtypeMismatchIsAnErrorNamingTheTensor) {
   TestLayer layer(attributes);
   layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
   try {
-    layer.fold_back(attributes, "scale", torch::zeros({4}, torch::kUInt8));
+    layer.fold_back(attributes, {{"scale", torch::zeros({4}, torch::kUInt8)}});
     ADD_FAILURE() << "a shape mismatch folded back";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("refit of 'blocks.3.scale'"), std::string::npos) << e.what();
@@ -159,7 +159,7 @@ TEST(Staging, FoldBackShapeOrDtypeMismatchIsAnErrorNamingTheTensor) {
     EXPECT_NE(std::string(e.what()).find("[3] Byte"), std::string::npos) << e.what();
   }
   try {
-    layer.fold_back(attributes, "scale", torch::zeros({3}, torch::kInt32));
+    layer.fold_back(attributes, {{"scale", torch::zeros({3}, torch::kInt32)}});
     ADD_FAILURE() << "a dtype mismatch folded back";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("'blocks.3.scale'"), std::string::npos) << e.what();
@@ -168,12 +168,63 @@ TEST(Staging, FoldBackShapeOrDtypeMismatchIsAnErrorNamingTheTensor) {
   EXPECT_TRUE(layer.scale.eq(0).all().item<bool>());  // the live tensor is untouched
 }
 
+TEST(Staging, FoldBackChecksEveryTensorBeforeCopyingAny) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "weight", {3, 2}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_THROW(layer.fold_back(attributes, {{"weight", torch::full({2, 3}, 9.0f)},
+                                            {"scale", torch::zeros({4}, torch::kUInt8)}}),
+               std::runtime_error);
+  EXPECT_TRUE(layer.weight.eq(torch::arange(6, torch::kFloat32).reshape({2, 3})).all().item<bool>());
+}
+
+class SquareLayer : public fixtures::quant::QuantModule {
+ public:
+  SquareLayer() : QuantModule("sq") {
+    weight = register_parameter("weight", torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2}), false);
+  }
+  torch::Tensor weight;
+};
+
+TEST(Staging, FoldBackCopiesAViewOfTheLiveStorageWithOtherStrides) {
+  TensorAttributes attributes;
+  SquareLayer layer;
+  layer.stage(attributes, "weight", {2, 2}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  torch::Tensor transposed = layer.registered("weight").t();  // same address, other strides
+  ASSERT_EQ(transposed.data_ptr(), layer.weight.data_ptr());
+  layer.fold_back(attributes, {{"weight", transposed}});
+  EXPECT_TRUE(layer.weight.equal(torch::tensor({1.0f, 3.0f, 2.0f, 4.0f}).reshape({2, 2})));
+}
+
+TEST(Staging, StreamedNamesDecideBetweenUnstagingAndProcessing) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "weight", {2, 3}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::none);
+  layer.note_streamed("scale");
+  EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::some);
+  try {
+    layer.fail_partially_streamed();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("refit streamed blocks.3.scale but not blocks.3.weight"),
+              std::string::npos) << e.what();
+  }
+  layer.note_streamed("weight");
+  EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::all);
+  layer.unstage(attributes);
+  EXPECT_FALSE(layer.staging());
+  EXPECT_TRUE(layer.registered("scale").is_same(layer.scale));
+  EXPECT_TRUE(layer.registered("weight").is_same(layer.weight));
+}
+
 TEST(Staging, LeftoverStagedParametersAreAnErrorNamingThem) {
   TensorAttributes attributes;
   TestLayer layer(attributes);
   layer.stage(attributes, "weight", {2, 3}, torch::kFloat32, fixtures::quant::StageFill::poison, false);
   layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
-  layer.fold_back(attributes, "weight", layer.registered("weight"));
+  layer.fold_back(attributes, {{"weight", layer.registered("weight")}});
   try {
     layer.check_no_leftovers();
     ADD_FAILURE() << "a leftover staged parameter went unnoticed";
@@ -259,12 +310,13 @@ TEST(QuantizedRefit, StagesOnceThenLoadsEachBucketThenOnePwal) {
 }
 
 TEST(QuantizedRefit, LiveTensorsHoldTheKernelLayoutAfterPwal) {
-  ScenarioRecord r = run_scenario(fp8_scenario({"replay_diff"}), options());
-  ASSERT_EQ(r.status, Status::passed) << r.reason;
   ModelConfig config;
   config.set("hidden", std::int64_t{192});
   auto model = ModelRegistry::get().find("fp8_linear")->factory(config);
   auto weights = model->synthesize_checkpoint(5);
+  for (auto& t : weights) {
+    if (t.name == "layers.0.proj.weight_scale_inv") t.tensor[0][1] *= 16;  // still a valid checkpoint
+  }
   TensorListWeightStream stream(weights, "test");
   model->load_weights(stream);
   model->process_weights_after_loading();
@@ -272,7 +324,14 @@ TEST(QuantizedRefit, LiveTensorsHoldTheKernelLayoutAfterPwal) {
   for (auto& t : live_tensors(*model)) live[t.name] = t.tensor;
   EXPECT_EQ(live.at("layers.0.proj.weight").scalar_type(), c10::ScalarType::Float8_e4m3fn);
   EXPECT_EQ(live.at("layers.0.proj.weight_scale_inv").scalar_type(), torch::kUInt8);  // UE8M0
-  EXPECT_EQ(live.at("layers.0.proj.weight_scale_inv").sizes(), (std::vector<std::int64_t>{2, 2}));
+  // UE8M0 exponents of the checkpoint scales, K-block-major (transposed).
+  torch::Tensor ckpt_scale;
+  for (auto& t : weights) {
+    if (t.name == "layers.0.proj.weight_scale_inv") ckpt_scale = t.tensor;
+  }
+  torch::Tensor ue8m0 = (torch::ceil(torch::log2(ckpt_scale)) + 127).to(torch::kUInt8);
+  ASSERT_FALSE(ue8m0.equal(ue8m0.t()));  // asymmetric, so the layout is visible
+  EXPECT_TRUE(live.at("layers.0.proj.weight_scale_inv").equal(ue8m0.t().contiguous()));
 }
 
 TEST(QuantizedRefit, Mxfp4DeepGemmScalesAreKBlockMajor) {
@@ -295,6 +354,22 @@ TEST(QuantizedRefit, Mxfp4DeepGemmScalesAreKBlockMajor) {
   EXPECT_EQ(live.at("layers.0.experts.w2_weight_scale").sizes(), (std::vector<std::int64_t>{2, 1, 64}));
   EXPECT_TRUE(live.at("layers.0.experts.w13_weight_scale")
                   .equal(ckpt.at("layers.0.experts.w13_weight_scale").transpose(1, 2).contiguous()));
+}
+
+Scenario triton_like(const std::string& backend) {
+  Scenario s;
+  s.name = "mxfp4";
+  s.file = "mxfp4.yaml";
+  s.fixture = "mxfp4_moe";
+  s.config.set("layers", std::int64_t{2});
+  s.config.set("hidden", std::int64_t{64});
+  s.config.set("intermediate", std::int64_t{32});
+  s.config.set("experts", std::int64_t{2});
+  s.config.set("moe_backend", backend);
+  s.batch_sizes = {2};
+  s.cycles = {RefitSpec{2, {}, {}, "mxfp4.yaml:9:5"}};
+  s.checks = {"replay_diff"};
+  return s;
 }
 
 Scenario triton_scenario() {
@@ -348,6 +423,35 @@ TEST(QuantizedRefit, ExpectErrorPassesOnlyOnThatError) {
     said |= f.probe == "driver" && f.message.find("but it completed") != std::string::npos;
   }
   EXPECT_TRUE(said);
+}
+
+TEST(QuantizedRefit, APartialRefitLeavesUnstreamedLayersUntouched) {
+  for (const char* fixture : {"fp8_linear", "mxfp4_moe"}) {
+    Scenario s = fp8_scenario({"poison", "replay_diff", "address", "memory"});
+    if (std::string(fixture) == "mxfp4_moe") {
+      s = triton_like("deep_gemm");
+      s.checks = {"poison", "replay_diff", "address", "memory"};
+    }
+    s.cycles = {RefitSpec{2, {"layers.1."}, {}, ""}, RefitSpec{3, {"layers.0."}, {}, ""}};
+    s.poison.staged = {"layers.**"};
+    s.poison.before_refit = true;
+    ScenarioRecord r = run_scenario(s, options());
+    EXPECT_EQ(r.status, Status::passed) << fixture << ": " << r.reason
+                                        << (r.findings.empty() ? "" : r.findings[0].message);
+  }
+}
+
+TEST(QuantizedRefit, AHalfStreamedLayerIsAnErrorNamingWhatIsMissing) {
+  Scenario s = fp8_scenario({"replay_diff"});
+  s.cycles = {RefitSpec{2, {"layers.0.proj.weight_scale_inv"}, {}, ""}};
+  ScenarioRecord r = run_scenario(s, options());
+  ASSERT_EQ(r.status, Status::failed);
+  ASSERT_FALSE(r.findings.empty());
+  EXPECT_EQ(r.findings[0].probe, "driver");
+  EXPECT_NE(r.findings[0].message.find(
+                "refit streamed layers.0.proj.weight_scale_inv but not layers.0.proj.weight"),
+            std::string::npos)
+      << r.findings[0].message;
 }
 
 // ---- the poison probe on the fixtures ---------------------------------------------------------
@@ -404,6 +508,73 @@ TEST(PoisonProbe, APatternMatchingNothingIsAFinding) {
   ASSERT_EQ(r.findings.size(), 1u);
   EXPECT_EQ(r.findings[0].subject, "layers.*.proj.weight_scale");
   EXPECT_NE(r.findings[0].message.find("matches no parameter or persistent buffer"), std::string::npos);
+}
+
+// A model whose refits report the uint8 table loaded without writing it: the stale-table bug a
+// byte sentinel must find (uint8 has no NaN).
+class DropsTableOnRefit final : public LifecycleModel {
+ public:
+  explicit DropsTableOnRefit(const ModelConfig&) {
+    m_table = m_root.register_parameter("table", torch::zeros({64}, torch::kUInt8), false);
+    m_weight = m_root.register_parameter("weight", torch::zeros({64}), false);
+  }
+  torch::nn::Module& module() override { return m_root; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    std::set<std::string> names;
+    torch::NoGradGuard no_grad;
+    while (auto item = weights.next()) {
+      if (item->name == "weight") m_weight.copy_(item->tensor);
+      if (item->name == "table" && !m_loaded_once) m_table.copy_(item->tensor);
+      names.insert(item->name);
+    }
+    m_loaded_once = true;
+    return names;
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return x * m_weight + m_table.to(torch::kFloat32);
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 64}); }
+  std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed) override {
+    // Every byte value, 0xFF included, so the sentinel must be told apart from real data.
+    torch::Tensor table = (torch::arange(64, torch::kInt64) * 4 + static_cast<std::int64_t>(seed)).remainder(256);
+    table[7] = 255;
+    return {{"table", table.to(torch::kUInt8)}, {"weight", torch::full({64}, static_cast<float>(seed))}};
+  }
+
+ private:
+  torch::nn::Module m_root;
+  torch::Tensor m_table, m_weight;
+  bool m_loaded_once = false;
+};
+
+GRAPHCHECK_REGISTER_MODEL("test_drops_table_on_refit", [](const ModelConfig& c) {
+  return std::make_unique<DropsTableOnRefit>(c);
+});
+
+TEST(PoisonProbe, PoisonBeforeRefitFindsAByteTensorTheRefitNeverWrote) {
+  Scenario s;
+  s.name = "drops";
+  s.file = "drops.yaml";
+  s.fixture = "test_drops_table_on_refit";
+  s.batch_sizes = {1};
+  s.cycles = {RefitSpec{2, {}, {}, ""}};
+  s.checks = {"poison"};
+  s.poison.before_refit = true;
+  ScenarioRecord r = run_scenario(s, options());
+  ASSERT_EQ(r.status, Status::failed);
+  const Finding* table = nullptr;
+  for (const auto& f : r.findings) {
+    if (f.subject == "table" && f.phase == "refit") table = &f;
+  }
+  ASSERT_NE(table, nullptr);
+  auto ev = evidence_of(*table);
+  // Model B (the same code, one load) holds the refit's table: every element but the one whose
+  // true value is 0xFF counts.
+  EXPECT_EQ(ev["surviving_elements"], "63");
+  EXPECT_EQ(ev["first_element"], "0");
+  EXPECT_EQ(ev["dtype"], "Byte");
+  EXPECT_EQ(ev["counted"], "elements holding the poison where the expected value does not");
 }
 
 TEST(PoisonProbe, PoisonBeforeRefitIsOverwrittenOnACleanRefit) {

@@ -174,6 +174,10 @@ class Driver final : public RunContext, public HookSink {
           f.batch_size = m_batch_size;
           f.subject = "model code";
           f.message = e.what();
+          if (!m_scenario.expect_error.empty()) {
+            f.message += fmt::format(" (the scenario expects an error containing '{}' instead, {})",
+                                     m_scenario.expect_error, m_scenario.expect_error_where);
+          }
           add_finding(std::move(f));
         }
       } catch (const UserError& e) {

@@ -36,7 +36,7 @@ void fill_poison(torch::Tensor t) {
 
 void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
   if (storage.nbytes() == 0) return;
-  torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8));
+  torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(storage.device()));
   bytes.set_(storage, 0, {static_cast<std::int64_t>(storage.nbytes())}, {1});
   bytes.fill_(byte);
 }
@@ -51,7 +51,7 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
                           expected.sizes() == t.sizes();
   if (comparable) {
     // Where the expected value itself is the pattern, holding it is no evidence.
-    mask = mask.logical_and(element_bytes(expected).eq(byte).all(1).logical_not());
+    mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
     s.basis = "elements holding the poison where the expected value does not";
   } else if (poison_is_nan(t.scalar_type())) {
     s.basis = "elements holding the poison pattern (NaN)";

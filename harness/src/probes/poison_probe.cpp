@@ -1,18 +1,18 @@
 // poison: makes missed loads and stale reads loud, and counts what survives (DESIGN §1.4).
 //  - Staged tensors (`poison.staged` patterns): at the first load of every refit, right after the
-//    model's stage_for_refit(), every checkpoint tensor that matches is filled with poison. After
-//    each load, every staged tensor that load streamed must hold no poison any more: poison that
-//    survives means the load landed somewhere else (a loader bound to a stale tensor).
+//    model's stage_for_refit(), every checkpoint tensor that matches and that the refit streams
+//    is filled with poison. After each load, every staged tensor that load streamed must hold no
+//    poison any more: poison that survives means the load landed somewhere else (a loader bound
+//    to a stale tensor).
 //  - `poison.poison_before_refit: true`: every parameter and persistent buffer a refit streams is
-//    poisoned before the refit; after its PWAL the live tensor of each name must hold none.
-//  - After every refit, each read-set storage that no live tensor references (orphaned) is
-//    poisoned, so that a graph still reading it replays NaN instead of plausible stale numbers.
-//  - Every replay output is scanned for NaN.
-// The poison is the byte 0xFF (0x80 for the float8 "fnuz" types), which is NaN in every floating
-// dtype. Dtypes without NaN (uint8 payloads such as packed E2M1 or UE8M0 scales, integers) hold a
-// byte sentinel instead; an element counts as surviving when it still holds the sentinel where
-// the value it should hold (the streamed tensor, or model B's) does not. Without such a value,
-// only a tensor that kept the sentinel in every element is reported.
+//    poisoned before the refit; after its PWAL the live tensor of each name must hold none (live
+//    tensors may hold a kernel layout that only PWAL writes, so the check waits for it).
+//  - After every refit, each named float or uint8 read-set storage that no live tensor references
+//    (orphaned) is poisoned, so that a graph still reading it replays NaN instead of plausible
+//    stale numbers.
+//  - Every replay output is scanned for NaN where model B's forward is finite.
+// Patterns and survivor counting: poison.h. The probe's own work is kept out of the memory
+// probe's counts (UncountedScope).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 
+#include "counting_allocator.h"
 #include "glob.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/probe.h"
@@ -46,8 +47,11 @@ class PoisonProbe final : public EmptyProbe {
     m_before.clear();
     m_orphans.clear();
     m_staged_survivors = false;
+    m_streamed.clear();
+    m_unstreamed.clear();
     const Scenario& s = ctx.scenario();
     if (!s.poison.before_refit) return;
+    UncountedScope uncounted;
     const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
     std::int64_t tensors = 0, bytes = 0;
     for (auto& t : checkpoint_tensors(ctx.model())) {
@@ -67,6 +71,10 @@ class PoisonProbe final : public EmptyProbe {
     if (!e.refit || s.poison.staged.empty() || m_staged_cycle == e.cycle) return;
     // The first load of this refit: stage_for_refit() has just registered the staging tensors.
     m_staged_cycle = e.cycle;
+    UncountedScope uncounted;
+    // Only what this refit streams: staging tensors of layers a partial refit leaves out may be
+    // aliases of live storage.
+    const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
     std::set<std::string> used;
     std::int64_t bytes = 0;
     for (auto& t : checkpoint_tensors(ctx.model())) {
@@ -77,6 +85,7 @@ class PoisonProbe final : public EmptyProbe {
           match = true;
         }
       }
+      if (!prefixes.empty() && !matches_any_prefix(t.name, prefixes)) continue;
       if (!match || !t.tensor.defined() || t.tensor.scalar_type() == torch::kBool) continue;
       fill_poison(t.tensor);
       bytes += static_cast<std::int64_t>(t.tensor.nbytes());
@@ -96,9 +105,11 @@ class PoisonProbe final : public EmptyProbe {
 
   void on_load_end(RunContext& ctx, const LoadEvent& e) override {
     if (!e.refit || m_staged.empty()) return;
+    UncountedScope uncounted;
     const std::string load = e.bucket.empty() ? fmt::format("the load of refit cycle {}", e.cycle)
                                               : fmt::format("bucket '{}' of refit cycle {}", e.bucket, e.cycle);
     for (const auto& item : e.streamed) {
+      m_streamed.insert(item.name);
       auto it = m_staged.find(item.name);
       if (it == m_staged.end()) continue;
       const torch::Tensor& staged = it->second;
@@ -115,13 +126,21 @@ class PoisonProbe final : public EmptyProbe {
     }
   }
 
+  // Staging tensors the refit never streamed may legitimately be discarded by PWAL (a partial
+  // refit); the ones still holding poison are remembered, to explain NaN in a later replay.
   void on_pwal_begin(RunContext& ctx, const PhaseEvent& e) override {
     if (e.cycle == 0 || m_staged.empty()) return;
-    ctx.measure(e, "gc/poison/staged/tensors_checked", static_cast<double>(m_staged.size()), "tensors");
+    UncountedScope uncounted;
+    for (const auto& [name, tensor] : m_staged) {
+      if (m_streamed.count(name)) continue;
+      if (count_survivors(tensor, torch::Tensor()).count > 0) m_unstreamed.push_back(name);
+    }
+    ctx.measure(e, "gc/poison/staged/not_streamed_still_poisoned", static_cast<double>(m_unstreamed.size()), "tensors");
     m_staged.clear();  // the staging buffers are the model's to free after PWAL
   }
 
   void on_refit_end(RunContext& ctx, const PhaseEvent& e) override {
+    UncountedScope uncounted;
     check_before_refit(ctx, e);
     poison_orphans(ctx, e);
   }
@@ -129,7 +148,12 @@ class PoisonProbe final : public EmptyProbe {
   void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
     const torch::Tensor& out = e.replay_output;
     if (!out.defined() || !c10::isFloatingType(out.scalar_type()) || out.numel() == 0) return;
-    const torch::Tensor nan = out.isnan().flatten();
+    UncountedScope uncounted;
+    torch::Tensor nan = out.isnan().flatten();
+    if (!nan.any().item<bool>()) return;
+    // NaN that model B computes as well is the model's own arithmetic, not poison.
+    const torch::Tensor reference = ctx.reference_forward(e.graph->static_input());
+    if (reference.sizes() == out.sizes()) nan = nan.logical_and(reference.isnan().flatten().logical_not());
     const std::int64_t count = nan.sum().item<std::int64_t>();
     if (count == 0) return;
     const std::int64_t first = nan.nonzero()[0][0].item<std::int64_t>();
@@ -145,6 +169,12 @@ class PoisonProbe final : public EmptyProbe {
           "place (a rebind, or a staging tensor never folded back) instead of updating it in "
           "place with copy_()",
           fmt::join(what, ", "));
+    } else if (!m_unstreamed.empty()) {
+      cause = fmt::format(
+          ": staging tensors of the names this refit streams were never delivered and still held "
+          "the poison before PWAL ({}), and the model folded them into its live weights: the "
+          "refit stream lacks them (a checkpoint or bucket that misses a tensor)",
+          fmt::join(m_unstreamed, ", "));
     } else if (m_staged_survivors) {
       cause = ": poison left in a staging tensor by a load that went elsewhere reached the "
               "live weights (see the surviving-poison findings)";
@@ -154,7 +184,7 @@ class PoisonProbe final : public EmptyProbe {
     }
     ctx.fail(name(), e, fmt::format("replay output (batch size {})", e.batch_size),
              fmt::format("the replay at batch size {} {} produced {} NaN among {} output elements "
-                         "(first at element {}){}",
+                         "where model B's forward is finite (first at element {}){}",
                          e.batch_size, when, count, out.numel(), first, cause),
              {{"nan_elements", std::to_string(count)},
               {"elements", std::to_string(out.numel())},
@@ -163,6 +193,12 @@ class PoisonProbe final : public EmptyProbe {
   }
 
  private:
+  // Integer and bool storages may hold indices or masks: 0xFF there would turn a stale replay
+  // into out-of-bounds reads instead of NaN. uint8 holds quantized payloads and UE8M0 scales.
+  static bool poisonable(c10::ScalarType dtype) {
+    return c10::isFloatingType(dtype) || dtype == torch::kUInt8;
+  }
+
   static std::string example_name(RunContext& ctx) {
     auto tensors = checkpoint_tensors(ctx.model());
     return tensors.empty() ? "" : tensors.front().name;
@@ -228,7 +264,12 @@ class PoisonProbe final : public EmptyProbe {
     for (CapturedGraph* graph : ctx.graphs()) {
       for (const ReadSetEntry& entry : graph->read_set()) {
         const c10::StorageImpl* impl = entry.storage.unsafeGetStorageImpl();
-        if (!impl || live.count(impl) || !done.insert(impl).second) continue;
+        // Named at capture (an unnamed read is the address probe's finding), and a dtype whose
+        // poison reads as garbage rather than as an index: float (NaN) or byte payloads.
+        if (!impl || entry.name.empty() || !poisonable(entry.dtype) || live.count(impl) ||
+            !done.insert(impl).second) {
+          continue;
+        }
         fill_storage(entry.storage, poison_byte(entry.dtype));
         bytes += static_cast<std::int64_t>(entry.storage.nbytes());
         m_orphans.push_back({fmt::format("{}{} {} at {}",
@@ -246,6 +287,8 @@ class PoisonProbe final : public EmptyProbe {
   bool m_staged_survivors = false;
   std::vector<std::string> m_before;  // names poisoned before this refit
   std::vector<Orphan> m_orphans;      // poisoned after the last refit
+  std::set<std::string> m_streamed;   // names this refit streamed
+  std::vector<std::string> m_unstreamed;  // staged, never streamed, still poisoned before PWAL
 };
 
 }  // namespace
