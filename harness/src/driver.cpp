@@ -224,6 +224,8 @@ class Driver final : public RunContext, public HookSink {
   void expected_error_missing() {
     Finding f;
     f.probe = "driver";
+    f.phase = "end";
+    f.cycle = m_cycle;
     f.subject = "expected error";
     f.message = fmt::format(
         "the scenario expects the run to stop with an error containing '{}' ({}), but it "

@@ -5,12 +5,14 @@
 // any refit), never below the backend's own minimum (0 for the emulated backend).
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <map>
 
 #include "graphcheck/probe.h"
+#include "poison.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -98,25 +100,66 @@ class ReplayDiffProbe final : public EmptyProbe {
               {"eager_a_vs_eager_b", verdict(a_vs_b)}});
     }
     if (a_vs_b.mismatches > 0) {
+      const std::vector<std::string> differing = tensors_differing_from_b(ctx, e.cycle);
       report(ctx, e, "eager(A) vs eager(B)",
              fmt::format("{} at batch size {} {}: model A's own state is wrong (a hook did not "
-                         "run, or weights were loaded into a stale tensor)",
-                         summary, b, when),
+                         "run, or weights were loaded into a stale tensor){}",
+                         summary, b, when,
+                         differing.empty() ? std::string()
+                                           : fmt::format("; live tensors of A that differ from B's: {}",
+                                                         fmt::join(differing, ", "))),
              {{"max_abs", fmt::format("{:.6g}", a_vs_b.max_abs)},
               {"max_rel", fmt::format("{:.6g}", a_vs_b.max_rel)},
               {"mismatched_elements", std::to_string(a_vs_b.mismatches)},
               {"tolerance", fmt::format("{:.6g}", tolerance)},
-              {"replay_vs_eager_a", verdict(replay_vs_a)}});
+              {"replay_vs_eager_a", verdict(replay_vs_a)},
+              {"tensors_differing_from_b", fmt::format("{}", fmt::join(differing, "; "))}});
     }
   }
 
  private:
+  // Localises eager(A) != eager(B): the live tensors whose bytes differ from model B's tensor of
+  // the same name (computed once per cycle; at most kMaxListed named).
+  std::vector<std::string> tensors_differing_from_b(RunContext& ctx, int cycle) {
+    auto cached = m_differing.find(cycle);
+    if (cached != m_differing.end()) return cached->second;
+    std::map<std::string, torch::Tensor> reference;
+    for (auto& t : ctx.reference_tensors()) reference.emplace(t.name, t.tensor);
+    std::vector<std::string> out;
+    std::size_t total = 0;
+    for (auto& t : live_tensors(ctx.model())) {
+      auto it = reference.find(t.name);
+      if (it == reference.end() || !t.tensor.defined() || !it->second.defined()) continue;
+      const torch::Tensor& a = t.tensor;
+      const torch::Tensor& r = it->second;
+      std::string what;
+      if (a.sizes() != r.sizes() || a.scalar_type() != r.scalar_type()) {
+        what = fmt::format("{} ({} {} vs B's {} {})", t.name, c10::toString(a.scalar_type()),
+                           shape_string(a.sizes()), c10::toString(r.scalar_type()), shape_string(r.sizes()));
+      } else if (a.numel() > 0) {
+        const std::int64_t differ =
+            element_bytes(a).ne(element_bytes(r)).any(1).sum().item<std::int64_t>();
+        if (differ == 0) continue;
+        what = fmt::format("{} ({} of {} elements)", t.name, differ, a.numel());
+      } else {
+        continue;
+      }
+      if (out.size() < kMaxListed) out.push_back(std::move(what));
+      ++total;
+    }
+    if (total > out.size()) out.push_back(fmt::format("and {} more", total - out.size()));
+    m_differing[cycle] = out;
+    return out;
+  }
+
   void report(RunContext& ctx, const CompareEvent& e, std::string subject, std::string message,
               std::vector<std::pair<std::string, std::string>> evidence) {
     ctx.fail(name(), e, std::move(subject), std::move(message), std::move(evidence));
   }
 
+  static constexpr std::size_t kMaxListed = 8;
   std::map<std::int64_t, double> m_noise;
+  std::map<int, std::vector<std::string>> m_differing;
 };
 
 }  // namespace
