@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -205,18 +206,50 @@ TEST(Staging, StreamedNamesDecideBetweenUnstagingAndProcessing) {
   EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::none);
   layer.note_streamed("scale");
   EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::some);
+  EXPECT_EQ(layer.partially_streamed(), "streamed blocks.3.scale but not blocks.3.weight");
   try {
-    layer.fail_partially_streamed();
+    fixtures::quant::check_streamed_whole({&layer});
+    ADD_FAILURE() << "a half-streamed layer was accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("refit streamed blocks.3.scale but not blocks.3.weight"),
               std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no layer was folded back"), std::string::npos) << e.what();
   }
   layer.note_streamed("weight");
   EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::all);
+  fixtures::quant::check_streamed_whole({&layer});  // whole: accepted
   layer.unstage(attributes);
   EXPECT_FALSE(layer.staging());
   EXPECT_TRUE(layer.registered("scale").is_same(layer.scale));
   EXPECT_TRUE(layer.registered("weight").is_same(layer.weight));
+  // The next refit starts from nothing streamed.
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_EQ(layer.streamed(), fixtures::quant::QuantModule::Streamed::none);
+}
+
+TEST(Staging, StagingTwiceKeepsTheLiveTensorOfTheFirstStage) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  // A refit whose PWAL never ran, then the next refit stages again.
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  torch::Tensor first_staging = layer.registered("scale");
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_FALSE(layer.registered("scale").is_same(first_staging));
+  EXPECT_EQ(attributes.find(first_staging), nullptr);
+  layer.fold_back(attributes, {{"scale", torch::tensor({1, 2, 3}, torch::kUInt8)}});
+  EXPECT_TRUE(layer.registered("scale").is_same(layer.scale));
+  EXPECT_EQ(layer.scale[2].item<int>(), 3);
+}
+
+TEST(Staging, FoldingBackOneNameTwiceIsRejectedBeforeAnyCopy) {
+  TensorAttributes attributes;
+  TestLayer layer(attributes);
+  layer.stage(attributes, "scale", {3, 1}, torch::kFloat32, fixtures::quant::StageFill::zeros, false);
+  EXPECT_THROW(layer.fold_back(attributes, {{"scale", torch::ones({3}, torch::kUInt8)},
+                                            {"scale", torch::ones({3}, torch::kUInt8)}}),
+               c10::Error);
+  EXPECT_TRUE(layer.scale.eq(0).all().item<bool>());
+  EXPECT_TRUE(layer.staging());
 }
 
 TEST(Staging, LeftoverStagedParametersAreAnErrorNamingThem) {
@@ -443,6 +476,13 @@ TEST(QuantizedRefit, APartialRefitLeavesUnstreamedLayersUntouched) {
     ScenarioRecord r = run_scenario(s, options());
     EXPECT_EQ(r.status, Status::passed) << fixture << ": " << r.reason
                                         << (r.findings.empty() ? "" : r.findings[0].message);
+    // Each refit poisoned the staged tensors of the layer it streams, and only those.
+    std::vector<double> staged;
+    for (const auto& m : r.measurements) {
+      if (m.tag == "gc/poison/staged/tensors") staged.push_back(m.value);
+    }
+    const double per_layer = std::string(fixture) == "fp8_linear" ? 3 : 5;  // + norm / router
+    EXPECT_EQ(staged, (std::vector<double>{per_layer, per_layer})) << fixture;
   }
 }
 
@@ -454,7 +494,8 @@ TEST(QuantizedRefit, AHalfStreamedLayerIsAnErrorNamingWhatIsMissing) {
   ASSERT_FALSE(r.findings.empty());
   EXPECT_EQ(r.findings[0].probe, "driver");
   EXPECT_NE(r.findings[0].message.find(
-                "refit streamed layers.0.proj.weight_scale_inv but not layers.0.proj.weight"),
+                "refit streamed layers.0.proj.weight_scale_inv but not layers.0.proj.weight: a "
+                "quantized layer is post-processed as a whole"),
             std::string::npos)
       << r.findings[0].message;
 }
@@ -580,6 +621,39 @@ TEST(PoisonProbe, PoisonBeforeRefitFindsAByteTensorTheRefitNeverWrote) {
   EXPECT_EQ(ev["first_element"], "0");
   EXPECT_EQ(ev["dtype"], "Byte");
   EXPECT_EQ(ev["counted"], "elements holding the poison where the expected value does not");
+}
+
+// A model whose output is NaN by its own arithmetic (0 * inf): not poison.
+class NanByDesign final : public LifecycleModel {
+ public:
+  explicit NanByDesign(const ModelConfig&) { m_w = m_root.register_parameter("w", torch::ones({4}), false); }
+  torch::nn::Module& module() override { return m_root; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return x * m_w * torch::tensor({0.0f, 1.0f, 0.0f, 1.0f}) * std::numeric_limits<float>::infinity();
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 4}); }
+
+ private:
+  torch::nn::Module m_root;
+  torch::Tensor m_w;
+};
+
+GRAPHCHECK_REGISTER_MODEL("test_nan_by_design", [](const ModelConfig& c) {
+  return std::make_unique<NanByDesign>(c);
+});
+
+TEST(PoisonProbe, NanTheModelComputesItselfIsNoFinding) {
+  Scenario s;
+  s.name = "nan";
+  s.file = "nan.yaml";
+  s.fixture = "test_nan_by_design";
+  s.batch_sizes = {2};
+  s.cycles = {RefitSpec{2, {}, {}, ""}};
+  s.checks = {"poison", "replay_diff"};
+  ScenarioRecord r = run_scenario(s, options());
+  EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
 }
 
 TEST(PoisonProbe, PoisonBeforeRefitIsOverwrittenOnACleanRefit) {

@@ -260,6 +260,12 @@ class PoisonProbe final : public EmptyProbe {
       if (t.tensor.defined() && t.tensor.has_storage()) live.insert(t.tensor.storage().unsafeGetStorageImpl());
     }
     std::set<const c10::StorageImpl*> done;
+    // A storage also read as integers or bools (a packed buffer) is left alone as a whole.
+    for (CapturedGraph* graph : ctx.graphs()) {
+      for (const ReadSetEntry& entry : graph->read_set()) {
+        if (!poisonable(entry.dtype)) done.insert(entry.storage.unsafeGetStorageImpl());
+      }
+    }
     std::int64_t bytes = 0;
     for (CapturedGraph* graph : ctx.graphs()) {
       for (const ReadSetEntry& entry : graph->read_set()) {

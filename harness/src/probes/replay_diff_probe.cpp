@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
+#include "counting_allocator.h"
 #include "graphcheck/probe.h"
 #include "poison.h"
 #include "tensor_format.h"
@@ -118,36 +120,57 @@ class ReplayDiffProbe final : public EmptyProbe {
   }
 
  private:
-  // Localises eager(A) != eager(B): the live tensors whose bytes differ from model B's tensor of
-  // the same name (computed once per cycle; at most kMaxListed named).
+  // Localises eager(A) != eager(B): the tensors of A whose bytes differ from model B's tensor of
+  // the same name. Compared: parameters, persistent buffers and extra_tensors() (what loads and
+  // PWAL write; non-persistent buffers may legitimately differ after A's forwards). Computed once
+  // per failing cycle, outside the memory counts; at most kMaxListed named. Never loses the
+  // finding: a tensor that cannot be compared is skipped, a failure is reported in the text.
   std::vector<std::string> tensors_differing_from_b(RunContext& ctx, int cycle) {
     auto cached = m_differing.find(cycle);
     if (cached != m_differing.end()) return cached->second;
-    std::map<std::string, torch::Tensor> reference;
-    for (auto& t : ctx.reference_tensors()) reference.emplace(t.name, t.tensor);
+    UncountedScope uncounted;
     std::vector<std::string> out;
-    std::size_t total = 0;
-    for (auto& t : live_tensors(ctx.model())) {
-      auto it = reference.find(t.name);
-      if (it == reference.end() || !t.tensor.defined() || !it->second.defined()) continue;
-      const torch::Tensor& a = t.tensor;
-      const torch::Tensor& r = it->second;
-      std::string what;
-      if (a.sizes() != r.sizes() || a.scalar_type() != r.scalar_type()) {
-        what = fmt::format("{} ({} {} vs B's {} {})", t.name, c10::toString(a.scalar_type()),
-                           shape_string(a.sizes()), c10::toString(r.scalar_type()), shape_string(r.sizes()));
-      } else if (a.numel() > 0) {
-        const std::int64_t differ =
-            element_bytes(a).ne(element_bytes(r)).any(1).sum().item<std::int64_t>();
-        if (differ == 0) continue;
-        what = fmt::format("{} ({} of {} elements)", t.name, differ, a.numel());
-      } else {
-        continue;
+    try {
+      auto comparable = [](LifecycleModel& model) {
+        std::map<std::string, torch::Tensor> tensors;
+        for (auto& t : checkpoint_tensors(model)) tensors.emplace(t.name, t.tensor);
+        for (auto& t : model.extra_tensors()) tensors.emplace(t.name, t.tensor);
+        return tensors;
+      };
+      const std::map<std::string, torch::Tensor> a_tensors = comparable(ctx.model());
+      std::map<std::string, torch::Tensor> b_tensors;
+      {
+        std::set<std::string> names;
+        for (const auto& item : a_tensors) names.insert(item.first);
+        for (auto& t : ctx.reference_tensors()) {
+          if (names.count(t.name)) b_tensors.emplace(t.name, t.tensor);
+        }
       }
-      if (out.size() < kMaxListed) out.push_back(std::move(what));
-      ++total;
+      std::size_t total = 0;
+      for (const auto& [name, a] : a_tensors) {
+        auto it = b_tensors.find(name);
+        std::string what;
+        if (it == b_tensors.end() || !it->second.defined() || !a.defined()) {
+          if (it == b_tensors.end()) what = fmt::format("{} (only in A)", name);
+        } else if (a.sizes() != it->second.sizes() || a.scalar_type() != it->second.scalar_type()) {
+          what = fmt::format("{} ({} {} vs B's {} {})", name, c10::toString(a.scalar_type()),
+                             shape_string(a.sizes()), c10::toString(it->second.scalar_type()),
+                             shape_string(it->second.sizes()));
+        } else if (a.numel() > 0 && a.layout() == c10::kStrided && !a.is_meta()) {
+          const torch::Tensor r = it->second.to(a.device());
+          const std::int64_t differ = element_bytes(a).ne(element_bytes(r)).any(1).sum().item<std::int64_t>();
+          if (differ > 0) what = fmt::format("{} ({} of {} elements)", name, differ, a.numel());
+        }
+        if (what.empty()) continue;
+        if (out.size() < kMaxListed) out.push_back(std::move(what));
+        ++total;
+      }
+      if (total > out.size()) out.push_back(fmt::format("and {} more", total - out.size()));
+    } catch (const c10::Error& e) {
+      out.push_back(fmt::format("(could not compare A's tensors with B's: {})", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      out.push_back(fmt::format("(could not compare A's tensors with B's: {})", e.what()));
     }
-    if (total > out.size()) out.push_back(fmt::format("and {} more", total - out.size()));
     m_differing[cycle] = out;
     return out;
   }
