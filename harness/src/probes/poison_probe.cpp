@@ -140,6 +140,7 @@ class PoisonProbe final : public EmptyProbe {
   }
 
   void on_refit_end(RunContext& ctx, const PhaseEvent& e) override {
+    m_staged.clear();  // also when no PWAL ran: never keep the model's staging buffers alive
     UncountedScope uncounted;
     check_before_refit(ctx, e);
     poison_orphans(ctx, e);
