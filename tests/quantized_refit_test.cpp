@@ -103,6 +103,9 @@ class TestLayer : public fixtures::quant::QuantModule {
     scale = register_parameter("scale", torch::zeros({3}, torch::kUInt8), false);
     attributes.set(weight, {0.5, true, fixtures::quant::bound_loader(weight, "blocks.3.weight")});
   }
+  // The helpers are driven directly in these tests.
+  void stage_for_refit(TensorAttributes&) override {}
+  void process_weights_after_loading(TensorAttributes&) override {}
   torch::Tensor weight, scale;
 };
 
@@ -185,6 +188,8 @@ class SquareLayer : public fixtures::quant::QuantModule {
   SquareLayer() : QuantModule("sq") {
     weight = register_parameter("weight", torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2}), false);
   }
+  void stage_for_refit(TensorAttributes&) override {}
+  void process_weights_after_loading(TensorAttributes&) override {}
   torch::Tensor weight;
 };
 
