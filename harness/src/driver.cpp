@@ -5,18 +5,20 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <type_traits>
 
+#include "address_index.h"
+#include "counting_allocator.h"
 #include "graphcheck/backend.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
-#include "counting_allocator.h"
-#include "dummy_loader.h"
 #include "tensor_format.h"
+#include "tolerance.h"
 
 namespace graphcheck {
 
@@ -30,6 +32,19 @@ const char* to_string(Phase phase) {
     case Phase::replay: return "replay";
     case Phase::compare: return "compare";
     case Phase::refit: return "refit";
+  }
+  return "unknown";
+}
+
+const char* to_string(Pass pass) {
+  switch (pass) {
+    case Pass::observe: return "observe";
+    case Pass::validate: return "validate";
+    case Pass::idempotence: return "idempotence";
+    case Pass::census: return "census";
+    case Pass::poison: return "poison";
+    case Pass::coverage: return "coverage";
+    case Pass::growth: return "growth";
   }
   return "unknown";
 }
@@ -78,9 +93,13 @@ std::string what_of(const std::exception& e) {
 
 // Runs model code; sorts its exceptions into user errors and model failures.
 template <class Fn>
-auto call_model(Phase phase, const char* what, Fn&& fn) -> decltype(fn()) {
+auto call_model(Phase phase, const std::string& what, Fn&& fn) -> decltype(fn()) {
   try {
     return fn();
+  } catch (const ModelFailure&) {
+    throw;
+  } catch (const UserError&) {
+    throw;
   } catch (const CheckpointMismatch& e) {
     throw UserError(e.what());
   } catch (const ConfigError& e) {
@@ -97,14 +116,69 @@ auto call_model(Phase phase, const char* what, Fn&& fn) -> decltype(fn()) {
   }
 }
 
-// Remembers every tensor a stream yields: the weights model A should hold afterwards.
+// Sets a flag for its lifetime and restores the previous value.
+class FlagScope {
+ public:
+  explicit FlagScope(bool& flag) : m_flag(flag), m_previous(flag) { m_flag = true; }
+  ~FlagScope() { m_flag = m_previous; }
+  FlagScope(const FlagScope&) = delete;
+  FlagScope& operator=(const FlagScope&) = delete;
+
+ private:
+  bool& m_flag;
+  bool m_previous;
+};
+
+// Adds the time it lives to a counter: the harness's own work inside a phase window, which the
+// window's timing leaves out.
+class HarnessTime {
+ public:
+  explicit HarnessTime(double& seconds) : m_seconds(seconds), m_start(Clock::now()) {}
+  ~HarnessTime() { m_seconds += std::chrono::duration<double>(Clock::now() - m_start).count(); }
+  HarnessTime(const HarnessTime&) = delete;
+  HarnessTime& operator=(const HarnessTime&) = delete;
+
+ private:
+  double& m_seconds;
+  Clock::time_point m_start;
+};
+
+void freeze(LifecycleModel& model) {
+  for (auto& p : model.module().parameters(true)) p.requires_grad_(false);
+}
+
+// What each pass runs of the lifecycle.
+struct PassSpec {
+  bool forwards = true;  // warm-up, capture (and with replays: replay + compare)
+  bool replays = true;   // replay + compare after the initial load and every refit
+  bool refits = true;
+};
+
+PassSpec spec_of(Pass pass) {
+  switch (pass) {
+    case Pass::observe:
+    case Pass::poison:
+    case Pass::coverage: return {true, true, true};
+    case Pass::validate: return {true, false, false};
+    case Pass::idempotence:
+    case Pass::census: return {false, false, true};
+    case Pass::growth: return {false, false, false};
+  }
+  return {};
+}
+
+class Driver;
+
+// Remembers every tensor a stream yields (by checkpoint name): the weights model A should hold
+// afterwards.
 class RecordingStream final : public WeightStream {
  public:
-  RecordingStream(WeightStream& inner, std::map<std::string, torch::Tensor>& into)
-      : m_inner(inner), m_into(into) {}
+  RecordingStream(WeightStream& inner, std::map<std::string, torch::Tensor>& into, double& harness)
+      : m_inner(inner), m_into(into), m_harness(harness) {}
   std::optional<NamedTensor> next() override {
     auto item = m_inner.next();
     if (item) {
+      HarnessTime t(m_harness);
       UncountedScope uncounted;  // the harness's copy, not the model's memory
       torch::Tensor copy = item->tensor.clone();
       m_into[item->name] = copy;
@@ -120,28 +194,195 @@ class RecordingStream final : public WeightStream {
  private:
   WeightStream& m_inner;
   std::map<std::string, torch::Tensor>& m_into;
+  double& m_harness;
   std::vector<NamedTensor> m_streamed;
   std::set<std::string> m_seen;
 };
 
-// Sets a flag for its lifetime and restores the previous value.
-class FlagScope {
+// One pass of a scenario: its own model A, graphs and model B, and the probes of that pass.
+class PassRun final : public RunContext, public PassControl {
  public:
-  explicit FlagScope(bool& flag) : m_flag(flag), m_previous(flag) { m_flag = true; }
-  ~FlagScope() { m_flag = m_previous; }
-  FlagScope(const FlagScope&) = delete;
-  FlagScope& operator=(const FlagScope&) = delete;
+  PassRun(Driver& driver, Pass pass, std::vector<Probe*> probes);
+
+  void run();
+  void fire_scenario_end() {
+    if (m_started) fire(&Probe::on_scenario_end);
+  }
+  void hook(const void* module, std::string_view hook);
+  [[nodiscard]] Phase phase() const { return m_phase; }
+  [[nodiscard]] int cycle() const { return m_cycle; }
+  [[nodiscard]] std::int64_t batch_size() const { return m_batch_size; }
+
+  // ---- RunContext ---------------------------------------------------------------------------
+  [[nodiscard]] const Scenario& scenario() const override;
+  [[nodiscard]] const GraphBackend& backend() const override;
+  [[nodiscard]] MemoryMeter& memory_meter() override;
+  [[nodiscard]] Pass pass() const override { return m_pass; }
+  [[nodiscard]] double noise_floor(std::int64_t batch_size) const override;
+  [[nodiscard]] const std::vector<GraphView>& graphs() const override { return m_views; }
+  [[nodiscard]] std::vector<NamedTensor> live_tensors() override {
+    return m_model ? graphcheck::live_tensors(*m_model) : std::vector<NamedTensor>{};
+  }
+  [[nodiscard]] std::vector<NamedTensor> checkpoint_tensors() override {
+    return m_model ? graphcheck::checkpoint_tensors(*m_model) : std::vector<NamedTensor>{};
+  }
+  [[nodiscard]] std::vector<CheckpointEntry> checkpoint_layout() override {
+    if (!m_model) return {};
+    return call_model(m_phase, "checkpoint_mapping()", [&] { return graphcheck::checkpoint_layout(*m_model); });
+  }
+  [[nodiscard]] const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const override {
+    return m_model ? m_model->tensor_attributes().find(tensor) : nullptr;
+  }
+  [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
+    return m_model ? m_model->expected_hooks() : std::vector<ExpectedHook>{};
+  }
+  [[nodiscard]] std::vector<std::string> module_paths() override {
+    index_modules();
+    std::vector<std::string> paths = {"(model)", "(root)"};
+    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
+      paths.push_back(item.key());
+    }
+    return paths;
+  }
+  [[nodiscard]] std::optional<AddressHit> resolve(const void* address, std::size_t bytes) override {
+    return AddressIndex(live_tensors()).resolve(address, bytes);
+  }
+  [[nodiscard]] std::vector<NamedTensor> reference_tensors() override {
+    return graphcheck::live_tensors(reference_model());
+  }
+  [[nodiscard]] PassControl* control() override {
+    return m_pass == Pass::observe ? nullptr : static_cast<PassControl*>(this);
+  }
+  void add_finding(Finding finding) override;
+  void add_measurement(Measurement m) override;
+
+  // ---- PassControl --------------------------------------------------------------------------
+  [[nodiscard]] LifecycleModel& model() override { return *m_model; }
+  [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) override {
+    return call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
+  }
+  [[nodiscard]] TensorList eager(const TensorList& inputs) override {
+    return call_model(m_phase, "forward()", [&] {
+      torch::NoGradGuard no_grad;
+      return m_model->forward_all(inputs);
+    });
+  }
+  [[nodiscard]] TensorList replay(std::size_t index, const TensorList& inputs) override {
+    CapturedGraph& graph = *m_graphs.at(index);
+    write_inputs(graph, inputs);
+    call_model(m_phase, "graph replay", [&] {
+      graph.replay();
+      return 0;
+    });
+    TensorList out;
+    for (const auto& t : graph.static_outputs()) out.push_back(t.clone());
+    return out;
+  }
+  [[nodiscard]] TensorList reference_forward(const TensorList& inputs) override;
+  void run_pwal(LifecycleModel& model) override {
+    FlagScope quiet(m_quiet);
+    call_model(m_phase, "process_weights_after_loading()", [&] {
+      torch::NoGradGuard no_grad;
+      model.process_weights_after_loading();
+      return 0;
+    });
+  }
+  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) override;
 
  private:
-  bool& m_flag;
-  bool m_previous;
+  void lifecycle();
+  void load(bool refit, const std::string& path, const std::vector<std::string>& only,
+            const std::string& bucket);
+  void load_dummy();
+  void check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
+                    bool refit, const std::string& source);
+  void pwal();
+  void replay_all();
+  void write_inputs(CapturedGraph& graph, const TensorList& inputs);
+  LifecycleModel& reference_model();
+  std::unique_ptr<LifecycleModel> build_loaded(const char* what);
+  std::unique_ptr<LifecycleModel> construct_quiet(const char* what, const ModelConfig* config = nullptr);
+  std::unique_ptr<LifecycleModel> construct(ModelConfig config, const char* what);
+  TensorList input_for(std::int64_t batch_size, int salt);
+  void index_modules();
+  std::string module_path(const void* module);
+  PhaseEvent event(Phase phase) const {
+    PhaseEvent e;
+    e.phase = phase;
+    e.cycle = m_cycle;
+    e.batch_size = m_batch_size;
+    return e;
+  }
+
+  // Begin events in probe order, end events in reverse order. The timing of a phase window
+  // (gc/timing/<phase>, observe pass) counts model calls only: the probes' work and the
+  // harness's own (model B, copies of streamed weights) are left out.
+  template <class Event>
+  void begin(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
+    m_phase = e.phase;
+    if (m_pass == Pass::observe && m_progress) m_progress->on_phase(to_string(e.phase), e.cycle, e.batch_size);
+    {
+      HarnessTime t(m_harness_seconds);
+      for (Probe* p : m_probes) (p->*fn)(*this, e);
+    }
+    m_windows.push_back({Clock::now(), m_harness_seconds});
+  }
+  template <class Event>
+  void end(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
+    const Window w = m_windows.back();
+    m_windows.pop_back();
+    const double seconds = std::chrono::duration<double>(Clock::now() - w.start).count() -
+                           (m_harness_seconds - w.harness_at_start);
+    {
+      HarnessTime t(m_harness_seconds);
+      for (auto it = m_probes.rbegin(); it != m_probes.rend(); ++it) ((*it)->*fn)(*this, e);
+    }
+    if (m_pass != Pass::observe) return;
+    Measurement m;
+    m.tag = fmt::format("gc/timing/{}", to_string(e.phase));
+    m.value = std::max(0.0, seconds);
+    m.unit = "s";
+    m.phase = to_string(e.phase);
+    m.cycle = e.cycle;
+    m.batch_size = e.batch_size;
+    add_measurement(std::move(m));
+  }
+  void fire(void (Probe::*fn)(RunContext&)) {
+    for (Probe* p : m_probes) (p->*fn)(*this);
+  }
+
+  struct Window {
+    Clock::time_point start;
+    double harness_at_start = 0;
+  };
+
+  Driver& m_driver;
+  Pass m_pass;
+  PassSpec m_spec;
+  std::vector<Probe*> m_probes;
+  ProgressListener* m_progress = nullptr;
+  bool m_started = false;
+
+  std::unique_ptr<LifecycleModel> m_model;
+  std::vector<std::unique_ptr<CapturedGraph>> m_graphs;
+  std::vector<GraphView> m_views;
+  // What model A should hold: the initial checkpoint (empty for a dummy load, which B repeats)
+  // and every tensor streamed by the refits so far, by checkpoint name.
+  std::map<std::string, torch::Tensor> m_initial_weights;
+  std::map<std::string, torch::Tensor> m_refit_weights;
+  std::unique_ptr<LifecycleModel> m_reference;
+  int m_reference_cycle = -1;
+  bool m_quiet = false;
+  std::map<const void*, std::string> m_module_paths;
+
+  Phase m_phase = Phase::construct;
+  int m_cycle = 0;
+  std::int64_t m_batch_size = 0;
+  std::vector<Window> m_windows;
+  double m_harness_seconds = 0;
 };
 
-void freeze(LifecycleModel& model) {
-  for (auto& p : model.module().parameters(true)) p.requires_grad_(false);
-}
-
-class Driver final : public RunContext, public HookSink {
+class Driver final : public HookSink {
  public:
   Driver(const Scenario& scenario, const RunOptions& options, ProgressListener* progress)
       : m_scenario(scenario), m_options(options), m_progress(progress) {
@@ -159,48 +400,17 @@ class Driver final : public RunContext, public HookSink {
     {
       mutation::Scope mutations(m_options.mutations);
       HookSinkScope hooks(*this);
+      bool go_on = true;
       try {
         setup();
-        m_started = true;  // on_scenario_end runs even when a probe's begin throws
-        fire(&Probe::on_scenario_begin);
-        lifecycle();
-        if (!m_scenario.expect_error.empty()) expected_error_missing();
-      } catch (const ModelFailure& e) {
-        if (!stopped_as_expected(e.what())) {
-          Finding f;
-          f.probe = "driver";
-          f.phase = to_string(e.phase());
-          f.cycle = m_cycle;
-          f.batch_size = m_batch_size;
-          f.subject = "model code";
-          f.message = e.what();
-          if (!m_scenario.expect_error.empty()) {
-            f.message += fmt::format(" (the scenario expects an error containing '{}' instead, {})",
-                                     m_scenario.expect_error, m_scenario.expect_error_where);
-          }
-          add_finding(std::move(f));
-        }
       } catch (const UserError& e) {
-        if (!stopped_as_expected(e.what())) {
-          m_record.status = Status::error;
-          m_record.reason = e.what();
-          if (!m_scenario.expect_error.empty()) {
-            m_record.reason += fmt::format(" (the scenario expects an error containing '{}' "
-                                           "instead, {})",
-                                           m_scenario.expect_error, m_scenario.expect_error_where);
-          }
-        }
-      } catch (const std::exception& e) {
-        m_record.status = Status::crashed;
-        m_record.reason = fmt::format("harness failure in phase {}: {}", to_string(m_phase), what_of(e));
+        m_record.status = Status::error;
+        m_record.reason = e.what();
+        go_on = false;
       }
-      if (m_started) {
-        try {
-          fire(&Probe::on_scenario_end);
-        } catch (const std::exception& e) {
-          m_record.status = Status::crashed;
-          m_record.reason = fmt::format("probe failed at scenario end: {}", what_of(e));
-        }
+      for (Pass pass : m_passes) {
+        if (!go_on) break;
+        go_on = run_pass(pass);
       }
     }
     if (m_record.status == Status::passed && !m_record.findings.empty()) {
@@ -210,203 +420,38 @@ class Driver final : public RunContext, public HookSink {
     return std::move(m_record);
   }
 
-  // expect_error: the run stopped with the expected error; the scenario passes (other findings
-  // made before it still count).
-  bool stopped_as_expected(const std::string& message) {
-    if (m_scenario.expect_error.empty() || message.find(m_scenario.expect_error) == std::string::npos) {
-      return false;
-    }
-    m_record.reason = fmt::format("stopped as expected in phase {} (cycle {}): {}",
-                                  to_string(m_phase), m_cycle, message);
-    return true;
-  }
+  // ---- shared by the passes -----------------------------------------------------------------
+  [[nodiscard]] const Scenario& scenario() const { return m_scenario; }
+  [[nodiscard]] GraphBackend& backend() { return *m_backend; }
+  [[nodiscard]] std::uint64_t seed() const { return m_seed; }
+  [[nodiscard]] ProgressListener* progress() { return m_progress; }
+  [[nodiscard]] std::map<std::int64_t, double>& noise() { return m_noise; }
 
-  void expected_error_missing() {
-    Finding f;
-    f.probe = "driver";
-    f.phase = "end";
-    f.cycle = m_cycle;
-    f.subject = "expected error";
-    f.message = fmt::format(
-        "the scenario expects the run to stop with an error containing '{}' ({}), but it "
-        "completed: the model accepted what it must refuse loudly",
-        m_scenario.expect_error, m_scenario.expect_error_where);
-    f.evidence = {{"expect_error", m_scenario.expect_error}};
-    add_finding(std::move(f));
-  }
-
-  // ---- RunContext ---------------------------------------------------------------------------
-  [[nodiscard]] const Scenario& scenario() const override { return m_scenario; }
-  [[nodiscard]] LifecycleModel& model() override { return *m_model; }
-  [[nodiscard]] const GraphBackend& backend() const override { return *m_backend; }
-  [[nodiscard]] std::vector<CapturedGraph*> graphs() override {
-    std::vector<CapturedGraph*> out;
-    for (auto& g : m_graphs) out.push_back(g.get());
-    return out;
-  }
-  [[nodiscard]] LifecycleModel& reference_model() {
-    if (!m_reference || m_reference_cycle != m_cycle) build_reference();
-    return *m_reference;
-  }
-  [[nodiscard]] torch::Tensor reference_forward(const torch::Tensor& input) override {
-    LifecycleModel& reference = reference_model();
-    FlagScope quiet(m_quiet);
-    return call_model(m_phase, "reference model forward()", [&] {
-      torch::NoGradGuard no_grad;
-      return reference.forward(input);
-    });
-  }
-  [[nodiscard]] std::vector<NamedTensor> reference_tensors() override {
-    return live_tensors(reference_model());
-  }
-  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_loaded_model() override {
-    return build_loaded("fresh model");
-  }
-  void run_pwal(LifecycleModel& model) override {
-    FlagScope quiet(m_quiet);
-    call_model(m_phase, "process_weights_after_loading()", [&] {
-      torch::NoGradGuard no_grad;
-      model.process_weights_after_loading();
-      return 0;
-    });
-  }
-  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) override {
-    return construct_quiet("model variant", &config);
-  }
-  [[nodiscard]] std::vector<std::string> module_paths() override {
-    index_modules();
-    std::vector<std::string> paths = {"(model)", "(root)"};
-    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
-      paths.push_back(item.key());
-    }
-    return paths;
-  }
-  void add_finding(Finding finding) override {
-    if (finding.phase.empty()) finding.phase = to_string(m_phase);
+  void add_finding(Finding finding, Pass pass, Phase phase) {
+    if (finding.phase.empty()) finding.phase = to_string(phase);
+    if (finding.pass.empty()) finding.pass = to_string(pass);
     m_record.findings.push_back(std::move(finding));
   }
-  void add_measurement(Measurement m) override {
-    if (m.phase.empty()) m.phase = to_string(m_phase);
+  void add_measurement(Measurement m, Pass pass, Phase phase) {
+    if (m.phase.empty()) m.phase = to_string(phase);
+    if (pass != Pass::observe && m.tag.rfind("gc/", 0) == 0) {
+      // Measurements of other passes say so in their tag: gc/<pass>/...
+      m.tag = fmt::format("gc/{}/{}", to_string(pass), m.tag.substr(3));
+    }
     m_record.measurements.push_back(std::move(m));
   }
 
-  // ---- HookSink -----------------------------------------------------------------------------
-  void on_hook(const void* module, std::string_view hook) override {
-    if (m_quiet || !m_model) return;
-    HookEvent event;
-    event.module_path = module_path(module);
-    event.hook = std::string(hook);
-    event.phase = m_phase;
-    event.cycle = m_cycle;
-    for (Probe* p : m_probes) p->on_hook(*this, event);
-  }
-
- private:
-  void setup() {
-    for (const auto& name : m_scenario.checks) {
-      const ProbeRegistry::Entry* entry = ProbeRegistry::get().find(name);
-      if (!entry) {
-        throw UserError(fmt::format("{}: unknown probe '{}'", m_scenario.file, name));
-      }
-      m_owned_probes.push_back(entry->factory());
-      m_probes.push_back(m_owned_probes.back().get());
-      m_record.probes.push_back(name);
-    }
-    for (Probe* p : m_options.extra_probes) m_probes.push_back(p);
-    try {
-      m_backend = make_backend(m_options.backend);
-    } catch (const std::invalid_argument& e) {
-      throw UserError(e.what());
-    }
-    m_record.backend = m_backend->name();
-    m_work_dir = fs::path(m_options.work_dir) / m_scenario.name;
-  }
-
-  void lifecycle() {
-    // construct
-    m_phase = Phase::construct;
-    begin(&Probe::on_construct_begin, event(Phase::construct));
-    m_model = construct(m_scenario.config, "model constructor");
-    index_modules();
-    end(&Probe::on_construct_end, event(Phase::construct));
-
-    // initial load + PWAL (the loader calls it for every load format)
-    if (m_scenario.load == LoadFormat::dummy) {
-      load_dummy();
-      if (mutation::enabled("driver.skip_pwal_on_dummy")) {
-        // Mutation: the loader skips PWAL after a dummy load.
-      } else {
-        pwal();
-      }
-    } else {
-      load(/*refit=*/false,
-           m_scenario.checkpoint.empty() ? write_checkpoint(m_seed) : m_scenario.checkpoint, {}, "");
-      pwal();
-    }
-
-    // warm-up and capture, one per batch size
-    for (std::int64_t b : m_scenario.batch_sizes) {
-      m_batch_size = b;
-      PhaseEvent e = event(Phase::warmup);
-      torch::Tensor input = input_for(b, 0);  // before the window: only forward's own memory counts
-      begin(&Probe::on_warmup_begin, e);
-      call_model(Phase::warmup, "forward()", [&] {
-        torch::NoGradGuard no_grad;
-        return m_model->forward(input);
-      });
-      end(&Probe::on_warmup_end, e);
-    }
-    for (std::int64_t b : m_scenario.batch_sizes) {
-      m_batch_size = b;
-      CaptureEvent e;
-      static_cast<PhaseEvent&>(e) = event(Phase::capture);
-      torch::Tensor input = input_for(b, 0);
-      begin(&Probe::on_capture_begin, e);
-      m_graphs.push_back(call_model(Phase::capture, "forward() under capture",
-                                    [&] { return m_backend->capture(*m_model, input, b); }));
-      e.graph = m_graphs.back().get();
-      end(&Probe::on_capture_end, e);
-    }
-    m_batch_size = 0;
-    replay_all();
-
-    // refit cycles
-    for (std::size_t k = 0; k < m_scenario.cycles.size(); ++k) {
-      const RefitSpec& spec = m_scenario.cycles[k];
-      m_cycle = static_cast<int>(k) + 1;
-      m_phase = Phase::refit;
-      PhaseEvent e = event(Phase::refit);
-      begin(&Probe::on_refit_begin, e);
-      const std::string path = write_checkpoint(spec.seed + (m_seed - m_scenario.seed));
-      // The loader stages once per refit, before the first bucket (DESIGN §1.4).
-      call_model(Phase::refit, "stage_for_refit()", [&] {
-        torch::NoGradGuard no_grad;
-        m_model->stage_for_refit();
-        return 0;
-      });
-      if (spec.buckets.empty()) {
-        load(/*refit=*/true, path, spec.only, "");
-      } else {
-        for (const RefitBucket& bucket : spec.buckets) load(/*refit=*/true, path, bucket.only, bucket.name);
-      }
-      if (mutation::enabled("driver.skip_pwal_on_refit")) {
-        // Mutation: the loader skips PWAL after a refit.
-      } else {
-        pwal();
-      }
-      m_phase = Phase::refit;
-      end(&Probe::on_refit_end, e);
-      replay_all();
-    }
-  }
-
   // Synthesized by a freshly constructed model, so that the checkpoint layout does not depend on
-  // what PWAL did to model A (repacked or freed raw weights).
-  std::string write_checkpoint(std::uint64_t seed) {
+  // what PWAL did to model A (repacked or freed raw weights). Written once per seed per scenario
+  // run and shared by the passes.
+  std::string checkpoint_for(std::uint64_t seed, PassRun& pass,
+                             const std::function<std::unique_ptr<LifecycleModel>()>& construct) {
+    auto cached = m_checkpoints.find(seed);
+    if (cached != m_checkpoints.end()) return cached->second;
     std::vector<NamedTensor> tensors;
     {
-      std::unique_ptr<LifecycleModel> fresh = construct_quiet("checkpoint synthesis");
-      tensors = call_model(m_phase, "synthesize_checkpoint()",
+      std::unique_ptr<LifecycleModel> fresh = construct();
+      tensors = call_model(pass.phase(), "synthesize_checkpoint()",
                            [&] { return fresh->synthesize_checkpoint(seed); });
     }
     std::error_code ec;
@@ -423,261 +468,147 @@ class Driver final : public RunContext, public HookSink {
                        {"graphcheck.seed", std::to_string(seed)}});
     } catch (const safetensors::Error& e) {
       // A dtype the format cannot hold comes from the model's synthesize_checkpoint().
-      throw ModelFailure(m_phase, fmt::format("synthesize_checkpoint(): {}", e.what()));
+      throw ModelFailure(pass.phase(), fmt::format("synthesize_checkpoint(): {}", e.what()));
     } catch (const std::exception& e) {
       throw UserError(fmt::format("cannot write checkpoint '{}': {}", path, e.what()));
     }
+    m_checkpoints[seed] = path;
     return path;
   }
 
-  void load(bool refit, const std::string& path, const std::vector<std::string>& only,
-            const std::string& bucket) {
-    m_phase = Phase::load;
-    std::unique_ptr<SafetensorsWeightStream> file;
+  // ---- HookSink -----------------------------------------------------------------------------
+  void on_hook(const void* module, std::string_view hook) override {
+    if (m_current) m_current->hook(module, hook);
+  }
+
+ private:
+  void setup() {
+    m_work_dir = fs::path(m_options.work_dir) / m_scenario.name;
     try {
-      file = std::make_unique<SafetensorsWeightStream>(path, only);
-    } catch (const safetensors::Error& e) {
+      BackendChoice choice = make_backend(m_options.backend);
+      m_backend = std::move(choice.backend);
+      m_record.backend = m_backend->name();
+      m_record.backend_reason = choice.reason;
+    } catch (const std::invalid_argument& e) {
       throw UserError(e.what());
     }
-    LoadEvent e;
-    static_cast<PhaseEvent&>(e) = event(Phase::load);
-    e.format = refit ? LoadFormat::checkpoint : m_scenario.load;
-    e.refit = refit;
-    e.source = file->source();
-    e.bucket = bucket;
-    if (!only.empty()) {
-      bool any = false;
-      for (const auto& info : file->file().tensors()) any |= matches_any_prefix(info.name, only);
-      if (!any) {
-        throw UserError(fmt::format("{}: refit cycle {}{} streams only {} but no tensor of {} has "
-                                    "such a prefix: fix the prefixes",
-                                    m_scenario.file, m_cycle,
-                                    bucket.empty() ? "" : fmt::format(" (bucket '{}')", bucket),
-                                    fmt::join(only, ", "), e.source));
+    // Which passes the checks need, in a fixed order; the observe pass always runs.
+    std::set<Pass> needed = {Pass::observe};
+    for (const auto& name : m_scenario.checks) {
+      const ProbeRegistry::Entry* entry = ProbeRegistry::get().find(name);
+      if (!entry) throw UserError(fmt::format("{}: unknown probe '{}'", m_scenario.file, name));
+      m_record.probes.push_back(name);
+      for (Pass p : entry->passes) {
+        if (p == Pass::growth && !(m_scenario.dummy_growth && m_scenario.load == LoadFormat::dummy)) continue;
+        needed.insert(p);
       }
     }
-    begin(&Probe::on_load_begin, e);
-    RecordingStream stream(*file, refit ? m_refit_weights : m_initial_weights);
-    e.loaded = call_model(Phase::load, "load_weights()",
-                          [&] { return m_model->load_weights(stream); });
-    check_loaded(stream.seen(), e.loaded, refit, e.source);
-    e.streamed = stream.take_streamed();
-    end(&Probe::on_load_end, e);
+    for (Pass p : {Pass::validate, Pass::observe, Pass::idempotence, Pass::census, Pass::poison,
+                   Pass::coverage, Pass::growth}) {
+      if (needed.count(p)) m_passes.push_back(p);
+    }
   }
 
-  void load_dummy() {
-    m_phase = Phase::load;
-    LoadEvent e;
-    static_cast<PhaseEvent&>(e) = event(Phase::load);
-    e.format = LoadFormat::dummy;
-    e.source = fmt::format("dummy weights (seed {})", m_seed);
-    begin(&Probe::on_load_begin, e);
-    auto on_write = [this](const std::string& name, const torch::Tensor& tensor) {
-      InitWriteEvent w{name, tensor};
-      for (Probe* p : m_probes) p->on_init_write(*this, w);
-    };
-    std::vector<std::string> names = call_model(
-        Phase::load, "dummy load", [&] { return dummy_load(*m_model, m_seed, on_write); });
-    e.loaded.insert(names.begin(), names.end());
-    end(&Probe::on_load_end, e);
-  }
-
-  void check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
-                    bool refit, const std::string& source) {
-    if (!refit) {
-      for (const auto& t : checkpoint_tensors(*m_model)) {
-        if (!streamed.count(t.name)) {
-          throw UserError(fmt::format(
-              "{} lacks tensor '{}' (shape {}), which the model needs: regenerate the checkpoint "
-              "for this model config",
-              source, t.name, shape_string(t.tensor.sizes())));
+  // Runs one pass with fresh instances of the probes registered for it. Returns whether the
+  // scenario goes on with the next pass.
+  bool run_pass(Pass pass) {
+    std::vector<std::unique_ptr<Probe>> owned;
+    std::vector<Probe*> probes;
+    for (const auto& name : m_scenario.checks) {
+      const ProbeRegistry::Entry* entry = ProbeRegistry::get().find(name);
+      if (std::find(entry->passes.begin(), entry->passes.end(), pass) == entry->passes.end()) continue;
+      owned.push_back(entry->factory());
+      probes.push_back(owned.back().get());
+    }
+    if (pass == Pass::observe) {
+      for (Probe* p : m_options.extra_probes) probes.push_back(p);
+    }
+    m_record.passes.push_back(to_string(pass));
+    const auto start = Clock::now();
+    PassRun run(*this, pass, std::move(probes));
+    m_current = &run;
+    bool go_on = true;
+    try {
+      run.run();
+      if (pass == Pass::observe && !m_scenario.expect_error.empty()) expected_error_missing(run);
+    } catch (const ModelFailure& e) {
+      if (!stopped_as_expected(pass, run, e.what())) {
+        Finding f;
+        f.probe = "driver";
+        f.phase = to_string(e.phase());
+        f.cycle = run.cycle();
+        f.batch_size = run.batch_size();
+        f.subject = "model code";
+        f.message = e.what();
+        if (!m_scenario.expect_error.empty()) {
+          f.message += fmt::format(" (the scenario expects an error containing '{}' instead, {})",
+                                   m_scenario.expect_error, m_scenario.expect_error_where);
         }
+        // The same failure met again in a later pass is not a new finding.
+        const bool seen = std::any_of(m_record.findings.begin(), m_record.findings.end(), [&](const Finding& g) {
+          return g.probe == "driver" && g.message == f.message;
+        });
+        if (!seen) add_finding(std::move(f), pass, e.phase());
       }
-    }
-    for (const auto& name : streamed) {
-      if (loaded.count(name)) continue;
-      Finding f;
-      f.probe = "driver";
-      f.subject = name;
-      f.message = fmt::format(
-          "load_weights() consumed '{}' from {} but did not report it loaded: return every "
-          "loaded name, or the weight is silently dropped",
-          name, source);
-      add_finding(std::move(f));
-    }
-  }
-
-  void pwal() {
-    m_phase = Phase::pwal;
-    PhaseEvent e = event(Phase::pwal);
-    begin(&Probe::on_pwal_begin, e);
-    call_model(Phase::pwal, "process_weights_after_loading()", [&] {
-      torch::NoGradGuard no_grad;
-      m_model->process_weights_after_loading();
-      return 0;
-    });
-    end(&Probe::on_pwal_end, e);
-  }
-
-  void replay_all() {
-    for (auto& graph : m_graphs) {
-      const std::int64_t b = graph->batch_size();
-      m_batch_size = b;
-      torch::Tensor input = input_for(b, m_cycle + 1);
-
-      m_phase = Phase::replay;
-      ReplayEvent r;
-      static_cast<PhaseEvent&>(r) = event(Phase::replay);
-      r.graph = graph.get();
-      begin(&Probe::on_replay_begin, r);
-      if (input.sizes() != graph->static_input().sizes()) {
-        throw ModelFailure(Phase::replay,
-                           fmt::format("make_input({}) returned shape {} but the graph was captured "
-                                       "with {}: inputs of one batch size must keep their shape",
-                                       b, shape_string(input.sizes()),
-                                       shape_string(graph->static_input().sizes())));
+    } catch (const UserError& e) {
+      if (!stopped_as_expected(pass, run, e.what())) {
+        m_record.status = Status::error;
+        m_record.reason = e.what();
+        if (!m_scenario.expect_error.empty()) {
+          m_record.reason += fmt::format(" (the scenario expects an error containing '{}' "
+                                         "instead, {})",
+                                         m_scenario.expect_error, m_scenario.expect_error_where);
+        }
+        go_on = false;
       }
-      graph->static_input().copy_(input);
-      call_model(Phase::replay, "graph replay", [&] {
-        graph->replay();
-        return 0;
-      });
-      r.replay_output = graph->static_output();
-      end(&Probe::on_replay_end, r);
-
-      m_phase = Phase::compare;
-      CompareEvent c;
-      static_cast<PhaseEvent&>(c) = event(Phase::compare);
-      c.graph = graph.get();
-      c.input = input;
-      c.replay_output = r.replay_output.clone();
-      begin(&Probe::on_compare_begin, c);
-      c.eager_output = call_model(Phase::compare, "forward()", [&] {
-        torch::NoGradGuard no_grad;
-        return m_model->forward(input);
-      });
-      end(&Probe::on_compare_end, c);
+    } catch (const std::exception& e) {
+      m_record.status = Status::crashed;
+      m_record.reason = fmt::format("harness failure in the {} pass, phase {}: {}", to_string(pass),
+                                    to_string(run.phase()), what_of(e));
+      go_on = false;
     }
-    m_batch_size = 0;
-  }
-
-  void build_reference() {
-    m_reference.reset();
-    m_reference = build_loaded("reference model");
-    m_reference_cycle = m_cycle;
-  }
-
-  // A fresh model loaded in one go with the weights A should hold now: the initial checkpoint
-  // (or, for a dummy load, the same dummy fill) overlaid with every refit so far, then PWAL.
-  std::unique_ptr<LifecycleModel> build_loaded(const char* what) {
-    FlagScope quiet(m_quiet);
-    UncountedScope uncounted;  // the harness's model, not model A's memory
-    std::unique_ptr<LifecycleModel> model = construct_quiet(what);
-    std::map<std::string, torch::Tensor> weights = m_refit_weights;
-    if (m_scenario.load == LoadFormat::dummy) {
-      call_model(m_phase, "dummy load", [&] { return dummy_load(*model, m_seed); });
-    } else {
-      weights.insert(m_initial_weights.begin(), m_initial_weights.end());  // refits win
+    try {
+      run.fire_scenario_end();
+    } catch (const std::exception& e) {
+      m_record.status = Status::crashed;
+      m_record.reason = fmt::format("probe failed at the end of the {} pass: {}", to_string(pass), what_of(e));
+      go_on = false;
     }
-    if (!weights.empty()) {
-      std::vector<NamedTensor> list;
-      for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
-      TensorListWeightStream stream(
-          std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));
-      call_model(m_phase, fmt::format("{} load_weights()", what).c_str(),
-                 [&] { return model->load_weights(stream); });
-    }
-    call_model(m_phase, fmt::format("{} process_weights_after_loading()", what).c_str(), [&] {
-      torch::NoGradGuard no_grad;
-      model->process_weights_after_loading();
-      return 0;
-    });
-    return model;
-  }
-
-  // Another instance of the scenario's model whose hooks reach no probe.
-  std::unique_ptr<LifecycleModel> construct_quiet(const char* what,
-                                                  const ModelConfig* config_override = nullptr) {
-    FlagScope quiet(m_quiet);
-    return construct(config_override ? *config_override : m_scenario.config, what);
-  }
-
-  // Constructs the scenario's fixture with `config`; unknown config keys are user errors.
-  std::unique_ptr<LifecycleModel> construct(ModelConfig config, const char* what) {
-    const ModelRegistry::Entry* entry = ModelRegistry::get().find(m_scenario.fixture);
-    if (!entry) {
-      throw UserError(fmt::format("{}: unknown fixture '{}'", m_scenario.file, m_scenario.fixture));
-    }
-    auto model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
-    if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
-    auto unused = config.unused_keys();
-    if (!unused.empty()) {
-      throw UserError(fmt::format(
-          "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "
-          "read it)",
-          config.where(unused.front()), unused.front(), m_scenario.fixture));
-    }
-    freeze(*model);
-    return model;
-  }
-
-  torch::Tensor input_for(std::int64_t batch_size, int salt) {
-    const std::uint64_t seed = m_seed * 1000003u + static_cast<std::uint64_t>(salt) * 7919u +
-                               static_cast<std::uint64_t>(batch_size);
-    return call_model(m_phase, "make_input()",
-                      [&] { return m_model->make_input(batch_size, seed); });
-  }
-
-  void index_modules() {
-    m_module_paths.clear();
-    m_module_paths[detail::object_address(m_model.get())] = "(model)";
-    // include_self=false: the root module need not live in a shared_ptr.
-    m_module_paths[detail::object_address(&m_model->module())] = "(root)";
-    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
-      m_module_paths[detail::object_address(item.value().get())] = item.key();
-    }
-  }
-
-  std::string module_path(const void* module) {
-    auto it = m_module_paths.find(module);
-    if (it != m_module_paths.end()) return it->second;
-    index_modules();  // modules may be created after construction
-    it = m_module_paths.find(module);
-    return it == m_module_paths.end() ? fmt::format("(unregistered module at {})", module)
-                                      : it->second;
-  }
-
-  PhaseEvent event(Phase phase) const {
-    PhaseEvent e;
-    e.phase = phase;
-    e.cycle = m_cycle;
-    e.batch_size = m_batch_size;
-    return e;
-  }
-
-  // Begin events in probe order, end events in reverse order.
-  template <class Event>
-  void begin(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
-    m_phase = e.phase;
-    if (m_progress) m_progress->on_phase(to_string(e.phase), e.cycle, e.batch_size);
-    m_phase_start.push_back(Clock::now());
-    for (Probe* p : m_probes) (p->*fn)(*this, e);
-  }
-  template <class Event>
-  void end(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
-    for (auto it = m_probes.rbegin(); it != m_probes.rend(); ++it) ((*it)->*fn)(*this, e);
+    m_current = nullptr;
     Measurement m;
-    m.tag = fmt::format("gc/timing/{}", to_string(e.phase));
-    m.value = std::chrono::duration<double>(Clock::now() - m_phase_start.back()).count();
+    m.tag = fmt::format("gc/pass/{}/seconds", to_string(pass));
+    m.value = std::chrono::duration<double>(Clock::now() - start).count();
     m.unit = "s";
-    m.phase = to_string(e.phase);
-    m.cycle = e.cycle;
-    m.batch_size = e.batch_size;
-    m_phase_start.pop_back();
+    m.phase = "scenario";
     m_record.measurements.push_back(std::move(m));
+    return go_on;
   }
-  void fire(void (Probe::*fn)(RunContext&)) {
-    for (Probe* p : m_probes) (p->*fn)(*this);
+
+  // expect_error: the run stopped with the expected error; the scenario passes (other findings
+  // made before it still count). Passes other than observe stop there quietly.
+  bool stopped_as_expected(Pass pass, const PassRun& run, const std::string& message) {
+    if (m_scenario.expect_error.empty() || message.find(m_scenario.expect_error) == std::string::npos) {
+      return false;
+    }
+    if (pass == Pass::observe) {
+      m_record.reason = fmt::format("stopped as expected in phase {} (cycle {}): {}",
+                                    to_string(run.phase()), run.cycle(), message);
+    }
+    return true;
+  }
+
+  void expected_error_missing(const PassRun& run) {
+    Finding f;
+    f.probe = "driver";
+    f.phase = "end";
+    f.cycle = run.cycle();
+    f.subject = "expected error";
+    f.message = fmt::format(
+        "the scenario expects the run to stop with an error containing '{}' ({}), but it "
+        "completed: the model accepted what it must refuse loudly",
+        m_scenario.expect_error, m_scenario.expect_error_where);
+    f.evidence = {{"expect_error", m_scenario.expect_error}};
+    add_finding(std::move(f), Pass::observe, Phase::refit);
   }
 
   const Scenario& m_scenario;
@@ -686,27 +617,426 @@ class Driver final : public RunContext, public HookSink {
   ScenarioRecord m_record;
   std::uint64_t m_seed = 1;
   fs::path m_work_dir;
-  bool m_started = false;
-
-  std::vector<std::unique_ptr<Probe>> m_owned_probes;
-  std::vector<Probe*> m_probes;
   std::unique_ptr<GraphBackend> m_backend;
-  std::unique_ptr<LifecycleModel> m_model;
-  std::vector<std::unique_ptr<CapturedGraph>> m_graphs;
-  // What model A should hold: the initial checkpoint (empty for a dummy load, which B repeats)
-  // and every tensor streamed by the refits so far.
-  std::map<std::string, torch::Tensor> m_initial_weights;
-  std::map<std::string, torch::Tensor> m_refit_weights;
-  std::unique_ptr<LifecycleModel> m_reference;
-  int m_reference_cycle = -1;
-  bool m_quiet = false;
-  std::map<const void*, std::string> m_module_paths;
-
-  Phase m_phase = Phase::construct;
-  int m_cycle = 0;
-  std::int64_t m_batch_size = 0;
-  std::vector<Clock::time_point> m_phase_start;
+  std::vector<Pass> m_passes;
+  std::map<std::uint64_t, std::string> m_checkpoints;
+  std::map<std::int64_t, double> m_noise;
+  PassRun* m_current = nullptr;
 };
+
+// ---- PassRun --------------------------------------------------------------------------------
+
+PassRun::PassRun(Driver& driver, Pass pass, std::vector<Probe*> probes)
+    : m_driver(driver), m_pass(pass), m_spec(spec_of(pass)), m_probes(std::move(probes)),
+      m_progress(driver.progress()) {}
+
+const Scenario& PassRun::scenario() const { return m_driver.scenario(); }
+const GraphBackend& PassRun::backend() const { return m_driver.backend(); }
+MemoryMeter& PassRun::memory_meter() { return m_driver.backend().memory_meter(); }
+double PassRun::noise_floor(std::int64_t batch_size) const {
+  auto it = m_driver.noise().find(batch_size);
+  return it == m_driver.noise().end() ? -1.0 : it->second;
+}
+void PassRun::add_finding(Finding finding) { m_driver.add_finding(std::move(finding), m_pass, m_phase); }
+void PassRun::add_measurement(Measurement m) { m_driver.add_measurement(std::move(m), m_pass, m_phase); }
+
+void PassRun::hook(const void* module, std::string_view hook) {
+  if (m_quiet || !m_model) return;
+  HookEvent event;
+  event.module_path = module_path(module);
+  event.hook = std::string(hook);
+  event.phase = m_phase;
+  event.cycle = m_cycle;
+  for (Probe* p : m_probes) p->on_hook(*this, event);
+}
+
+void PassRun::run() {
+  m_started = true;  // on_scenario_end runs even when a probe's begin throws
+  fire(&Probe::on_scenario_begin);
+  if (m_pass == Pass::growth) return;  // its probes do their work at scenario begin
+  lifecycle();
+}
+
+void PassRun::lifecycle() {
+  const Scenario& s = scenario();
+  // construct
+  m_phase = Phase::construct;
+  begin(&Probe::on_construct_begin, event(Phase::construct));
+  m_model = construct(s.config, "model constructor");
+  index_modules();
+  end(&Probe::on_construct_end, event(Phase::construct));
+
+  // initial load + PWAL (the loader calls it for every load format)
+  if (s.load == LoadFormat::dummy) {
+    load_dummy();
+    if (mutation::enabled("driver.skip_pwal_on_dummy")) {
+      // Mutation: the loader skips PWAL after a dummy load.
+    } else {
+      pwal();
+    }
+  } else {
+    const std::string path =
+        s.checkpoint.empty()
+            ? m_driver.checkpoint_for(m_driver.seed(), *this, [&] { return construct_quiet("checkpoint synthesis"); })
+            : s.checkpoint;
+    load(/*refit=*/false, path, {}, "");
+    pwal();
+  }
+
+  if (m_spec.forwards) {
+    // warm-up and capture, one per batch size
+    for (std::int64_t b : s.batch_sizes) {
+      m_batch_size = b;
+      PhaseEvent e = event(Phase::warmup);
+      TensorList inputs = input_for(b, 0);  // before the window: only forward's own memory counts
+      begin(&Probe::on_warmup_begin, e);
+      (void)eager(inputs);
+      end(&Probe::on_warmup_end, e);
+      if (m_pass == Pass::validate) {
+        // The noise floor: eager(A) twice more on the same inputs.
+        UncountedScope uncounted;
+        const TensorList first = eager(inputs);
+        const TensorList second = eager(inputs);
+        double noise = 0;
+        for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
+          if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
+          const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
+          if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
+        }
+        m_driver.noise()[b] = noise;
+        measure(e, "gc/replay_diff/noise_floor", noise, "abs");
+      }
+    }
+    for (std::int64_t b : s.batch_sizes) {
+      m_batch_size = b;
+      CaptureEvent e;
+      static_cast<PhaseEvent&>(e) = event(Phase::capture);
+      TensorList inputs = input_for(b, 0);
+      begin(&Probe::on_capture_begin, e);
+      m_graphs.push_back(call_model(Phase::capture, "forward() under capture",
+                                    [&] { return m_driver.backend().capture(*m_model, inputs, b); }));
+      {
+        HarnessTime t(m_harness_seconds);
+        GraphView view;
+        view.graph = m_graphs.back().get();
+        view.batch_size = b;
+        view.reads = resolve_reads(m_graphs.back()->reads(), AddressIndex(live_tensors()));
+        m_views.push_back(std::move(view));
+      }
+      e.graph = &m_views.back();
+      end(&Probe::on_capture_end, e);
+    }
+    m_batch_size = 0;
+    if (m_spec.replays) replay_all();
+  }
+  if (!m_spec.refits) return;
+
+  // refit cycles
+  for (std::size_t k = 0; k < s.cycles.size(); ++k) {
+    const RefitSpec& spec = s.cycles[k];
+    m_cycle = static_cast<int>(k) + 1;
+    m_phase = Phase::refit;
+    PhaseEvent e = event(Phase::refit);
+    begin(&Probe::on_refit_begin, e);
+    const std::string path = m_driver.checkpoint_for(spec.seed + (m_driver.seed() - s.seed), *this,
+                                                     [&] { return construct_quiet("checkpoint synthesis"); });
+    // The loader stages once per refit, before the first bucket (DESIGN §1.4).
+    call_model(Phase::refit, "stage_for_refit()", [&] {
+      torch::NoGradGuard no_grad;
+      m_model->stage_for_refit();
+      return 0;
+    });
+    if (spec.buckets.empty()) {
+      load(/*refit=*/true, path, spec.only, "");
+    } else {
+      for (const RefitBucket& bucket : spec.buckets) load(/*refit=*/true, path, bucket.only, bucket.name);
+    }
+    if (mutation::enabled("driver.skip_pwal_on_refit")) {
+      // Mutation: the loader skips PWAL after a refit.
+    } else {
+      pwal();
+    }
+    m_phase = Phase::refit;
+    end(&Probe::on_refit_end, e);
+    if (m_spec.replays) replay_all();
+  }
+}
+
+void PassRun::load(bool refit, const std::string& path, const std::vector<std::string>& only,
+                   const std::string& bucket) {
+  m_phase = Phase::load;
+  std::unique_ptr<SafetensorsWeightStream> file;
+  try {
+    file = std::make_unique<SafetensorsWeightStream>(path, only);
+  } catch (const safetensors::Error& e) {
+    throw UserError(e.what());
+  }
+  LoadEvent e;
+  static_cast<PhaseEvent&>(e) = event(Phase::load);
+  e.format = refit ? LoadFormat::checkpoint : scenario().load;
+  e.refit = refit;
+  e.source = file->source();
+  e.bucket = bucket;
+  for (const auto& info : file->file().tensors()) {
+    if (only.empty() || matches_any_prefix(info.name, only)) e.expected.push_back(info.name);
+  }
+  if (!only.empty() && e.expected.empty()) {
+    throw UserError(fmt::format("{}: refit cycle {}{} streams only {} but no tensor of {} has "
+                                "such a prefix: fix the prefixes",
+                                scenario().file, m_cycle,
+                                bucket.empty() ? "" : fmt::format(" (bucket '{}')", bucket),
+                                fmt::join(only, ", "), e.source));
+  }
+  begin(&Probe::on_load_begin, e);
+  RecordingStream stream(*file, refit ? m_refit_weights : m_initial_weights, m_harness_seconds);
+  e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+  check_loaded(stream.seen(), e.loaded, refit, e.source);
+  e.streamed = stream.take_streamed();
+  end(&Probe::on_load_end, e);
+}
+
+void PassRun::load_dummy() {
+  m_phase = Phase::load;
+  LoadEvent e;
+  static_cast<PhaseEvent&>(e) = event(Phase::load);
+  e.format = LoadFormat::dummy;
+  e.source = fmt::format("dummy weights (seed {})", m_driver.seed());
+  begin(&Probe::on_load_begin, e);
+  call_model(Phase::load, "load_dummy_weights()", [&] {
+    torch::NoGradGuard no_grad;
+    m_model->load_dummy_weights(m_driver.seed());
+    return 0;
+  });
+  for (const auto& t : graphcheck::checkpoint_tensors(*m_model)) e.loaded.insert(t.name);
+  end(&Probe::on_load_end, e);
+}
+
+// Every checkpoint tensor must be streamed on the initial load, and every streamed tensor must be
+// reported loaded, by its checkpoint name or by the live name it is stored in.
+void PassRun::check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
+                           bool refit, const std::string& source) {
+  const std::vector<CheckpointEntry> layout = checkpoint_layout();
+  if (!refit) {
+    std::vector<std::string> missing;
+    for (const auto& entry : layout) {
+      if (!streamed.count(entry.checkpoint)) {
+        missing.push_back(fmt::format("{} of shape {}", entry.describe(), shape_string(entry.region.sizes())));
+      }
+    }
+    if (!missing.empty()) {
+      const bool mapped = std::any_of(layout.begin(), layout.end(), [](const auto& e) { return e.sharded; });
+      throw UserError(fmt::format(
+          "{} lacks {} tensor{} of the model's checkpoint layout: {}{}; regenerate the checkpoint "
+          "for this model config{}",
+          source, missing.size(), missing.size() == 1 ? "" : "s",
+          fmt::join(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), 4), "; "),
+          missing.size() > 4 ? fmt::format(" and {} more", missing.size() - 4) : "",
+          mapped ? "" : ", or declare checkpoint_mapping() if the model fuses checkpoint tensors"));
+    }
+  }
+  std::map<std::string, std::string> live_of;
+  for (const auto& entry : layout) live_of[entry.checkpoint] = entry.live;
+  for (const auto& name : streamed) {
+    if (loaded.count(name)) continue;
+    auto live = live_of.find(name);
+    if (live != live_of.end() && loaded.count(live->second)) continue;
+    Finding f;
+    f.probe = "driver";
+    f.subject = name;
+    f.message = fmt::format(
+        "load_weights() consumed '{}' from {} but did not report it loaded: return every "
+        "loaded name (live or checkpoint), or the weight is silently dropped",
+        name, source);
+    add_finding(std::move(f));
+  }
+}
+
+void PassRun::pwal() {
+  m_phase = Phase::pwal;
+  PhaseEvent e = event(Phase::pwal);
+  begin(&Probe::on_pwal_begin, e);
+  call_model(Phase::pwal, "process_weights_after_loading()", [&] {
+    torch::NoGradGuard no_grad;
+    m_model->process_weights_after_loading();
+    return 0;
+  });
+  end(&Probe::on_pwal_end, e);
+}
+
+void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
+  const TensorList& statics = graph.static_inputs();
+  if (inputs.size() != statics.size()) {
+    throw ModelFailure(m_phase, fmt::format("make_inputs({}) returned {} tensors but the graph was "
+                                            "captured with {}: inputs must keep their count",
+                                            graph.batch_size(), inputs.size(), statics.size()));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].sizes() != statics[i].sizes() || inputs[i].scalar_type() != statics[i].scalar_type()) {
+      throw ModelFailure(m_phase, fmt::format(
+                                      "make_inputs({}) returned input {} as {} {} but the graph was "
+                                      "captured with {} {}: inputs of one batch size must keep "
+                                      "their shape and dtype",
+                                      graph.batch_size(), i, c10::toString(inputs[i].scalar_type()),
+                                      shape_string(inputs[i].sizes()),
+                                      c10::toString(statics[i].scalar_type()),
+                                      shape_string(statics[i].sizes())));
+    }
+    statics[i].copy_(inputs[i]);
+  }
+}
+
+void PassRun::replay_all() {
+  for (std::size_t i = 0; i < m_graphs.size(); ++i) {
+    CapturedGraph& graph = *m_graphs[i];
+    const std::int64_t b = graph.batch_size();
+    m_batch_size = b;
+    TensorList inputs = input_for(b, m_cycle + 1);
+    if (m_pass == Pass::observe) (void)reference_model();  // model B, outside every window
+
+    m_phase = Phase::replay;
+    ReplayEvent r;
+    static_cast<PhaseEvent&>(r) = event(Phase::replay);
+    r.graph = &m_views[i];
+    begin(&Probe::on_replay_begin, r);
+    write_inputs(graph, inputs);
+    call_model(Phase::replay, "graph replay", [&] {
+      graph.replay();
+      m_driver.backend().synchronize();
+      return 0;
+    });
+    r.replay_outputs = graph.static_outputs();
+    end(&Probe::on_replay_end, r);
+
+    m_phase = Phase::compare;
+    CompareEvent c;
+    static_cast<PhaseEvent&>(c) = event(Phase::compare);
+    c.graph = &m_views[i];
+    c.inputs = inputs;
+    for (const auto& t : r.replay_outputs) c.replay_outputs.push_back(t.clone());
+    begin(&Probe::on_compare_begin, c);
+    c.eager_outputs = eager(inputs);
+    {
+      HarnessTime t(m_harness_seconds);
+      UncountedScope uncounted;
+      if (m_pass == Pass::observe) c.reference_outputs = reference_forward(inputs);
+      c.noise_floor = noise_floor(b);
+      double magnitude = 0;
+      c10::ScalarType dtype = c10::ScalarType::Float;
+      for (const auto& out : c.eager_outputs) {
+        if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
+        dtype = out.scalar_type();
+        magnitude = std::max(magnitude, out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>());
+      }
+      const GraphBackend& backend = m_driver.backend();
+      c.tolerance = replay_tolerance(backend.exact(), backend.min_tolerance(), c.noise_floor, dtype, magnitude);
+    }
+    end(&Probe::on_compare_end, c);
+  }
+  m_batch_size = 0;
+}
+
+LifecycleModel& PassRun::reference_model() {
+  if (!m_reference || m_reference_cycle != m_cycle) {
+    HarnessTime t(m_harness_seconds);
+    m_reference.reset();
+    m_reference = build_loaded("reference model");
+    m_reference_cycle = m_cycle;
+  }
+  return *m_reference;
+}
+
+TensorList PassRun::reference_forward(const TensorList& inputs) {
+  LifecycleModel& reference = reference_model();
+  FlagScope quiet(m_quiet);
+  UncountedScope uncounted;
+  return call_model(m_phase, "reference model forward()", [&] {
+    torch::NoGradGuard no_grad;
+    return reference.forward_all(inputs);
+  });
+}
+
+// A fresh model loaded in one go with the weights A should hold now: the initial checkpoint
+// (or, for a dummy load, the same dummy fill) overlaid with every refit so far, then PWAL.
+std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
+  FlagScope quiet(m_quiet);
+  UncountedScope uncounted;  // the harness's model, not model A's memory
+  std::unique_ptr<LifecycleModel> model = construct_quiet(what);
+  std::map<std::string, torch::Tensor> weights = m_refit_weights;
+  if (scenario().load == LoadFormat::dummy) {
+    call_model(m_phase, fmt::format("{} load_dummy_weights()", what), [&] {
+      torch::NoGradGuard no_grad;
+      model->load_dummy_weights(m_driver.seed());
+      return 0;
+    });
+  } else {
+    weights.insert(m_initial_weights.begin(), m_initial_weights.end());  // refits win
+  }
+  if (!weights.empty()) {
+    std::vector<NamedTensor> list;
+    for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
+    TensorListWeightStream stream(
+        std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));
+    call_model(m_phase, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
+  }
+  call_model(m_phase, fmt::format("{} process_weights_after_loading()", what), [&] {
+    torch::NoGradGuard no_grad;
+    model->process_weights_after_loading();
+    return 0;
+  });
+  return model;
+}
+
+std::unique_ptr<LifecycleModel> PassRun::construct_model(const ModelConfig& config) {
+  return construct_quiet("model variant", &config);
+}
+
+// Another instance of the scenario's model whose hooks reach no probe.
+std::unique_ptr<LifecycleModel> PassRun::construct_quiet(const char* what, const ModelConfig* config_override) {
+  FlagScope quiet(m_quiet);
+  return construct(config_override ? *config_override : scenario().config, what);
+}
+
+std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const char* what) {
+  const Scenario& s = scenario();
+  const ModelRegistry::Entry* entry = ModelRegistry::get().find(s.fixture);
+  if (!entry) throw UserError(fmt::format("{}: unknown fixture '{}'", s.file, s.fixture));
+  auto model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
+  if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
+  auto unused = config.unused_keys();
+  if (!unused.empty()) {
+    throw UserError(fmt::format(
+        "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "
+        "read it)",
+        config.where(unused.front()), unused.front(), s.fixture));
+  }
+  freeze(*model);
+  return model;
+}
+
+TensorList PassRun::input_for(std::int64_t batch_size, int salt) {
+  HarnessTime t(m_harness_seconds);
+  const std::uint64_t seed = m_driver.seed() * 1000003u + static_cast<std::uint64_t>(salt) * 7919u +
+                             static_cast<std::uint64_t>(batch_size);
+  return make_inputs(batch_size, seed);
+}
+
+void PassRun::index_modules() {
+  m_module_paths.clear();
+  m_module_paths[detail::object_address(m_model.get())] = "(model)";
+  // include_self=false: the root module need not live in a shared_ptr.
+  m_module_paths[detail::object_address(&m_model->module())] = "(root)";
+  for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
+    m_module_paths[detail::object_address(item.value().get())] = item.key();
+  }
+}
+
+std::string PassRun::module_path(const void* module) {
+  auto it = m_module_paths.find(module);
+  if (it != m_module_paths.end()) return it->second;
+  index_modules();  // modules may be created after construction
+  it = m_module_paths.find(module);
+  return it == m_module_paths.end() ? fmt::format("(unregistered module at {})", module) : it->second;
+}
 
 }  // namespace
 

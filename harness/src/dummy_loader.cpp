@@ -93,3 +93,11 @@ std::vector<std::string> dummy_load(LifecycleModel& model, std::uint64_t seed,
 }
 
 }  // namespace graphcheck
+
+namespace graphcheck {
+
+std::vector<std::string> default_dummy_load(LifecycleModel& model, std::uint64_t seed) {
+  return dummy_load(model, seed);
+}
+
+}  // namespace graphcheck

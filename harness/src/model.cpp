@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "dummy_loader.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -58,12 +59,122 @@ std::vector<NamedTensor> live_tensors(LifecycleModel& model) {
   return out;
 }
 
+// ---- the model contract's defaults ---------------------------------------------------------
+
+torch::Tensor LifecycleModel::forward(const torch::Tensor&) {
+  throw std::logic_error(
+      "the model implements neither forward() nor forward_all(): implement forward() (one input, "
+      "one output) or forward_all() (several)");
+}
+
+TensorList LifecycleModel::forward_all(const TensorList& inputs) {
+  if (inputs.size() != 1) {
+    throw std::logic_error(fmt::format(
+        "the model's make_inputs() gives {} inputs but it implements only the single-tensor "
+        "forward(): implement forward_all() too",
+        inputs.size()));
+  }
+  return {forward(inputs.front())};
+}
+
+torch::Tensor LifecycleModel::make_input(std::int64_t, std::uint64_t) {
+  throw std::logic_error(
+      "the model implements neither make_input() nor make_inputs(): implement the one that "
+      "matches its forward");
+}
+
+TensorList LifecycleModel::make_inputs(std::int64_t batch_size, std::uint64_t seed) {
+  return {make_input(batch_size, seed)};
+}
+
+void LifecycleModel::load_dummy_weights(std::uint64_t seed) { default_dummy_load(*this, seed); }
+
+// ---- checkpoint names vs live names ---------------------------------------------------------
+
+std::vector<CheckpointShard> stacked_shards(
+    const std::string& live, std::int64_t dim,
+    const std::vector<std::pair<std::string, std::int64_t>>& parts) {
+  std::vector<CheckpointShard> out;
+  std::int64_t offset = 0;
+  for (const auto& [name, size] : parts) {
+    out.push_back({name, live, dim, offset, size});
+    offset += size;
+  }
+  return out;
+}
+
+std::string CheckpointEntry::describe() const {
+  if (!sharded) return fmt::format("'{}'", checkpoint);
+  return fmt::format("'{}' ({} {}..{} along dim {} of '{}')", checkpoint,
+                     dim == 0 ? "rows" : "slices", offset, offset + size - 1, dim, live);
+}
+
+std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
+  const std::vector<CheckpointShard> shards = model.checkpoint_mapping();
+  std::map<std::string, std::vector<const CheckpointShard*>> by_live;
+  for (const auto& shard : shards) by_live[shard.live].push_back(&shard);
+
+  std::vector<CheckpointEntry> out;
+  std::set<std::string> seen_live;
+  for (auto& t : checkpoint_tensors(model)) {
+    seen_live.insert(t.name);
+    auto it = by_live.find(t.name);
+    if (it == by_live.end()) {
+      CheckpointEntry e;
+      e.checkpoint = t.name;
+      e.live = t.name;
+      e.region = t.tensor;
+      out.push_back(std::move(e));
+      continue;
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> taken;
+    for (const CheckpointShard* shard : it->second) {
+      const torch::Tensor& live = t.tensor;
+      if (shard->dim < 0 || shard->dim >= live.dim() || shard->offset < 0 || shard->size <= 0 ||
+          shard->offset + shard->size > live.size(shard->dim)) {
+        throw ConfigError(fmt::format(
+            "checkpoint_mapping(): shard '{}' of '{}' is {} elements from {} along dim {}, "
+            "outside the live tensor's shape {}: fix the mapping",
+            shard->checkpoint, shard->live, shard->size, shard->offset, shard->dim,
+            shape_string(live.sizes())));
+      }
+      for (const auto& [b, e] : taken) {
+        if (shard->offset < e && b < shard->offset + shard->size) {
+          throw ConfigError(fmt::format(
+              "checkpoint_mapping(): shard '{}' overlaps another shard of '{}': fix the offsets",
+              shard->checkpoint, shard->live));
+        }
+      }
+      taken.emplace_back(shard->offset, shard->offset + shard->size);
+      CheckpointEntry e;
+      e.checkpoint = shard->checkpoint;
+      e.live = shard->live;
+      e.region = live.narrow(shard->dim, shard->offset, shard->size);
+      e.sharded = true;
+      e.dim = shard->dim;
+      e.offset = shard->offset;
+      e.size = shard->size;
+      out.push_back(std::move(e));
+    }
+  }
+  for (const auto& [live, list] : by_live) {
+    if (seen_live.count(live)) continue;
+    throw ConfigError(fmt::format(
+        "checkpoint_mapping(): shard '{}' names live tensor '{}', which is no parameter or "
+        "persistent buffer of the model: fix the live name",
+        list.front()->checkpoint, live));
+  }
+  return out;
+}
+
 std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& weights) {
-  std::map<std::string, torch::Tensor> targets;
-  for (auto& t : checkpoint_tensors(model)) targets.emplace(t.name, t.tensor);
+  std::map<std::string, CheckpointEntry> targets;
+  for (auto& e : checkpoint_layout(model)) targets.emplace(e.checkpoint, std::move(e));
+  std::map<std::string, torch::Tensor> live_by_name;
+  for (auto& t : checkpoint_tensors(model)) live_by_name.emplace(t.name, t.tensor);
   std::set<std::string> non_persistent;
   for (const auto& item : model.module().named_buffers(true)) {
-    if (!targets.count(item.key())) non_persistent.insert(item.key());
+    if (!live_by_name.count(item.key())) non_persistent.insert(item.key());
   }
 
   torch::NoGradGuard no_grad;
@@ -77,22 +188,30 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
             "it: drop it from the checkpoint",
             weights.source(), item->name));
       }
+      if (live_by_name.count(item->name)) {
+        throw CheckpointMismatch(fmt::format(
+            "{}: tensor '{}' is a fused live tensor whose checkpoint holds its shards separately "
+            "(checkpoint_mapping()): write the shards under their checkpoint names",
+            weights.source(), item->name));
+      }
       throw CheckpointMismatch(fmt::format(
-          "{}: tensor '{}' matches no parameter or persistent buffer of the model: check the "
-          "name (model tensors look like '{}')",
+          "{}: tensor '{}' matches no tensor of the model's checkpoint layout: check the name "
+          "(checkpoint tensors look like '{}')",
           weights.source(), item->name, targets.empty() ? "" : targets.begin()->first));
     }
-    torch::Tensor param = it->second;
+    const CheckpointEntry& target = it->second;
+    torch::Tensor param = target.region;
     const torch::Tensor& value = item->tensor;
-    const TensorAttrs* attrs = model.tensor_attributes().find(param);
+    const TensorAttrs* attrs = model.tensor_attributes().find(live_by_name.at(target.live));
     if (attrs && attrs->weight_loader) {
       attrs->weight_loader(param, value);
     } else {
       if (param.sizes() != value.sizes()) {
         throw CheckpointMismatch(fmt::format(
-            "{}: tensor '{}' has shape {} in the checkpoint but {} in the model: regenerate the "
+            "{}: tensor '{}' has shape {} in the checkpoint but {} in the model{}: regenerate the "
             "checkpoint for this model config",
-            weights.source(), item->name, shape_string(value.sizes()), shape_string(param.sizes())));
+            weights.source(), item->name, shape_string(value.sizes()), shape_string(param.sizes()),
+            target.sharded ? fmt::format(" ({})", target.describe()) : std::string()));
       }
       if (param.scalar_type() != value.scalar_type()) {
         throw CheckpointMismatch(fmt::format(
@@ -103,7 +222,7 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
       }
       param.copy_(value);
     }
-    loaded.insert(item->name);
+    loaded.insert(target.live);
   }
   return loaded;
 }
@@ -111,20 +230,21 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
 std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t seed) {
   torch::Generator gen = at::detail::createCPUGenerator(seed);
   std::vector<NamedTensor> out;
-  for (auto& t : checkpoint_tensors(*this)) {
+  for (auto& e : checkpoint_layout(*this)) {
+    const torch::Tensor& t = e.region;
     auto options = torch::TensorOptions().dtype(torch::kFloat32);
     torch::Tensor value;
-    const auto dtype = t.tensor.scalar_type();
+    const auto dtype = t.scalar_type();
     if (dtype == torch::kBool) {
-      value = torch::randint(0, 2, t.tensor.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
+      value = torch::randint(0, 2, t.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
     } else if (c10::isIntegralType(dtype, /*includeBool=*/false)) {
-      value = torch::randint(0, 8, t.tensor.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
+      value = torch::randint(0, 8, t.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
     } else {
       // Scaled like an initialiser (std 1/sqrt(fan-in)) so that deep stacks stay finite.
-      const double std = t.tensor.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.tensor.size(-1))) : 0.5;
-      value = (torch::randn(t.tensor.sizes(), gen, options) * std).to(dtype);
+      const double std = t.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.size(-1))) : 0.5;
+      value = (torch::randn(t.sizes(), gen, options) * std).to(dtype);
     }
-    out.push_back({t.name, value.contiguous()});
+    out.push_back({e.checkpoint, value.contiguous()});
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <set>
 
+#include "graphcheck/backend.h"
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
@@ -106,6 +107,16 @@ int cmd_run(const RunArgs& args) {
       return kExitUsage;
     }
     scenarios = std::move(kept);
+  }
+
+  // Which backend runs, and why, before anything else: an unavailable one is a usage error.
+  try {
+    const gc::BackendChoice choice = gc::make_backend(args.backend);
+    fmt::print("graphcheck {}: backend {} ({})\n", GRAPHCHECK_VERSION, choice.backend->name(),
+               choice.reason);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "graphcheck: {}\n", e.what());
+    return kExitUsage;
   }
 
   gc::ReporterMux reporters;
@@ -214,20 +225,32 @@ int cmd_mutants(const MutantsArgs& args) {
   std::string header = fmt::format("{:<30} {:<34}", "scenario", "mutation");
   for (const auto& p : probes) header += fmt::format(" {:>11}", p);
   fmt::print("{}  verdict\n", header);
-  // A probe kills a mutation when it fails with the mutation and not in the clean run.
+  fmt::print("(a cell names the pass whose finding killed the mutation; a probe is credited only "
+             "with findings from its own passes, where no other check disturbs the run)\n");
+  // Kill credit in isolation: a probe kills a mutation when it fails with the mutation and not in
+  // the clean run, by a finding made in one of the passes it registered for (DESIGN §2.2): the
+  // observe pass, where every probe only reads, or its own disturbing pass.
+  auto credited_pass = [](const gc::ScenarioRecord& r, const std::string& probe) -> std::string {
+    const gc::ProbeRegistry::Entry* entry = gc::ProbeRegistry::get().find(probe);
+    for (const auto& f : r.findings) {
+      if (f.probe != probe) continue;
+      if (!entry) return f.pass;  // "driver": the lifecycle itself failed
+      for (gc::Pass pass : entry->passes) {
+        if (f.pass == gc::to_string(pass)) return f.pass;
+      }
+    }
+    return "";
+  };
   auto row = [&](const gc::Scenario& s, const std::string& mutation, const gc::ScenarioRecord& r,
                  const std::vector<std::string>& declared, const std::set<std::string>& clean_failed) {
-    std::set<std::string> failed;
-    for (const auto& p : r.failed_probes()) {
-      if (!clean_failed.count(p)) failed.insert(p);
-    }
     std::string line = fmt::format("{:<30} {:<34}", s.name, mutation.empty() ? "(clean)" : mutation);
     std::vector<std::string> missed;
     for (const auto& p : probes) {
       const bool want = std::find(declared.begin(), declared.end(), p) != declared.end();
-      const bool got = failed.count(p) > 0;
+      const std::string pass = clean_failed.count(p) ? "" : credited_pass(r, p);
+      const bool got = !pass.empty();
       if (want && !got) missed.push_back(p);
-      line += fmt::format(" {:>11}", want ? (got ? "KILLED" : "MISSED") : (got ? "failed" : "."));
+      line += fmt::format(" {:>11}", want ? (got ? pass : "MISSED") : (got ? "(" + pass + ")" : "."));
     }
     std::string verdict;
     if (r.status == gc::Status::error || r.status == gc::Status::crashed) {

@@ -32,6 +32,38 @@ struct NamedTensor {
   torch::Tensor tensor;
 };
 
+using TensorList = std::vector<torch::Tensor>;
+
+// Checkpoint names vs live names (DESIGN §2.2). A checkpoint tensor stored in a region of a live
+// tensor: rows [offset, offset + size) along `dim` of `live` hold checkpoint tensor `checkpoint`,
+// as vLLM's stacked_params_mapping stores q_proj/k_proj/v_proj in one qkv_proj. Every live tensor
+// no shard names is its own checkpoint tensor (identity).
+struct CheckpointShard {
+  std::string checkpoint;  // "layers.0.attn.q_proj.weight"
+  std::string live;        // "layers.0.attn.qkv_proj.weight"
+  std::int64_t dim = 0;
+  std::int64_t offset = 0;
+  std::int64_t size = 0;
+};
+
+// Consecutive shards of one live tensor along `dim`, in order: {{"q_proj.weight", 64},
+// {"k_proj.weight", 16}, {"v_proj.weight", 16}} -> offsets 0, 64, 80.
+[[nodiscard]] std::vector<CheckpointShard> stacked_shards(
+    const std::string& live, std::int64_t dim,
+    const std::vector<std::pair<std::string, std::int64_t>>& parts);
+
+// One tensor of the checkpoint layout and where it lives in the model.
+struct CheckpointEntry {
+  std::string checkpoint;  // its name in checkpoints
+  std::string live;        // the live tensor it is stored in
+  torch::Tensor region;    // the live tensor, or the view of its shard
+  bool sharded = false;    // region is a shard of a larger live tensor
+  std::int64_t dim = 0, offset = 0, size = 0;  // the shard, when sharded
+
+  // "'layers.0.attn.q_proj.weight' (rows 0..63 of 'layers.0.attn.qkv_proj.weight')".
+  [[nodiscard]] std::string describe() const;
+};
+
 // A stream of (name, tensor) pairs, in the order a checkpoint or a refit bucket delivers them.
 class WeightStream {
  public:
@@ -127,19 +159,38 @@ class LifecycleModel {
   // The default does nothing.
   virtual void stage_for_refit() {}
 
-  // Must be graph-capturable: no host sync, no allocation that outlives the call.
-  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  // The forward that is captured. Must be graph-capturable: no host sync (item(), .cpu(), a
+  // branch on a value read through data_ptr()), no allocation that outlives the call. A model
+  // with one input and one output implements forward() and make_input(); a model with several
+  // implements forward_all() and make_inputs() instead. The defaults bridge the two.
+  virtual torch::Tensor forward(const torch::Tensor& input);
+  virtual TensorList forward_all(const TensorList& inputs);
 
-  // An input batch of `batch_size` rows, deterministic in `seed`.
-  virtual torch::Tensor make_input(std::int64_t batch_size, std::uint64_t seed) = 0;
+  // An input batch of `batch_size` rows, deterministic in `seed` (one tensor / every input).
+  virtual torch::Tensor make_input(std::int64_t batch_size, std::uint64_t seed);
+  virtual TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed);
+
+  // How checkpoint names map onto live tensors: the shards of fused live tensors (identity for
+  // every tensor not named). The completeness check, partial refits, buckets, the write census,
+  // the poison probe and model B all go through it. load_module_weights() loads shards into
+  // their regions.
+  virtual std::vector<CheckpointShard> checkpoint_mapping() { return {}; }
+
+  // The dummy load format: fill every parameter and persistent buffer once, in place (one
+  // in-place op per tensor: fill_, uniform_, or copy_ from a temporary), honouring
+  // dummy_weight_value and never touching non-persistent buffers. The default is graphcheck's
+  // loader (default_dummy_load()); a model that brings its own loader overrides it, and the
+  // init_count probe checks it by the writes it observes (version counters and content).
+  virtual void load_dummy_weights(std::uint64_t seed);
 
   // Tensors the forward reads that are not registered parameters or buffers (plain members),
   // with their dotted names ("layers.0.hc_attn_fn_broadcast").
   virtual std::vector<NamedTensor> extra_tensors() { return {}; }
 
-  // A full checkpoint, deterministic in `seed`, in the checkpoint layout. The default draws every
-  // persistent parameter and buffer from a seeded normal distribution (std 1/sqrt(last dim) for
-  // matrices, 0.5 for vectors; integers: [0, 8)). Called on a freshly constructed model.
+  // A full checkpoint, deterministic in `seed`, in the checkpoint layout (checkpoint names, see
+  // checkpoint_mapping()). The default draws every tensor of checkpoint_layout() from a seeded
+  // normal distribution (std 1/sqrt(last dim) for matrices, 0.5 for vectors; integers: [0, 8)).
+  // Called on a freshly constructed model.
   virtual std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed);
 
   // The hooks this model promises to run (GRAPHCHECK_HOOK announces each call).
@@ -152,17 +203,30 @@ class LifecycleModel {
   TensorAttributes m_attributes;
 };
 
-// The tensors a checkpoint must provide: every parameter and persistent buffer, by dotted name.
+// The live tensors loads write: every parameter and persistent buffer, by dotted (live) name.
 [[nodiscard]] std::vector<NamedTensor> checkpoint_tensors(LifecycleModel& model);
+
+// The tensors a checkpoint must provide, by checkpoint name, each with the live region it fills:
+// checkpoint_tensors() with every sharded live tensor replaced by its shards. Throws ConfigError
+// for a mapping that names an unknown live tensor, a bad dim or a region out of range, or
+// overlapping shards.
+[[nodiscard]] std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model);
 
 // Every tensor the model owns or declares: parameters, buffers (persistent or not) and
 // extra_tensors(), by dotted name.
 [[nodiscard]] std::vector<NamedTensor> live_tensors(LifecycleModel& model);
 
-// The default load_weights(): each streamed tensor is matched to a parameter or persistent
-// buffer by name and loaded in place (the tensor's weight_loader if it has one, else copy_).
-// Throws CheckpointMismatch naming the tensor on an unknown name or a shape or dtype mismatch.
+// The default load_weights(): each streamed tensor is matched by checkpoint name to its live
+// region (checkpoint_layout()) and loaded in place: the live tensor's weight_loader if it has one
+// (called with the region), else copy_. Returns the live names loaded. Throws CheckpointMismatch
+// naming the tensor on an unknown name or a shape or dtype mismatch.
 std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& weights);
+
+// graphcheck's dummy loader (the default load_dummy_weights()): walks the module tree and fills
+// each module's own parameters and persistent buffers once (dummy_weight_value where declared,
+// any dtype; else floats uniform in [-1e-3, 1e-3], integers in [0, 8)). Deterministic in `seed`.
+// Returns the live names filled, in walk order.
+std::vector<std::string> default_dummy_load(LifecycleModel& model, std::uint64_t seed);
 
 // ---- registry -----------------------------------------------------------------------------
 

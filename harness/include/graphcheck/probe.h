@@ -1,7 +1,9 @@
 #pragma once
 // Probes observe the lifecycle and write findings and measurements into the scenario's record.
 // The driver calls begin events in probe order and end events in reverse order, so probes nest
-// like RAII guards. Probes never talk to reporters.
+// like RAII guards. Probes never talk to reporters. Each probe runs in the passes it registers
+// for (a fresh instance per pass): observers in the observe pass, checks that disturb a run in a
+// pass of their own.
 
 #include <torch/types.h>
 
@@ -9,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +26,20 @@ namespace graphcheck {
 enum class Phase { construct, load, pwal, warmup, capture, replay, compare, refit };
 [[nodiscard]] const char* to_string(Phase phase);
 
+// Passes (DESIGN §2.2, engine v2). A scenario runs as an *observe* pass, in which probes only
+// read, plus the disturbing passes its checks need, each on its own model instance and lifecycle,
+// so that nothing one check does reaches another check's verdict:
+//   validate     construct, load, PWAL, warm-up, capture; then replays on fresh inputs vs eager
+//                and the noise floor (repeated eager runs); no refits
+//   idempotence  loads and PWAL of every cycle, no forwards; a second PWAL after each
+//   census       loads and PWAL of every cycle, no forwards; every element a load should write
+//                is poisoned before it (the write census)
+//   poison       the whole lifecycle with poisoned staging, streamed and orphaned storages
+//   coverage     the whole lifecycle; live tensors perturbed in place around replays
+//   growth       no lifecycle: dummy loads of models grown through a config key
+enum class Pass { observe, validate, idempotence, census, poison, coverage, growth };
+[[nodiscard]] const char* to_string(Pass pass);
+
 struct PhaseEvent {
   Phase phase = Phase::construct;
   int cycle = 0;                // 0: initial load; k >= 1: refit cycle k
@@ -34,33 +51,59 @@ struct LoadEvent : PhaseEvent {
   bool refit = false;
   std::string source;               // "checkpoint 'path'"
   std::string bucket;               // a refit streamed in named buckets: this load's bucket
-  std::set<std::string> loaded;     // end only: names load_weights() reported
+  // Checkpoint loads: the checkpoint names this load will stream (the whole checkpoint, or the
+  // refit's / bucket's prefixes), known at begin. Dummy loads: empty (every tensor of
+  // checkpoint_layout() is expected).
+  std::vector<std::string> expected;
+  std::set<std::string> loaded;     // end only: the names load_weights() reported
   // End only, checkpoint loads: every tensor the stream delivered (the harness's copies, in the
-  // checkpoint layout), in stream order.
+  // checkpoint layout, by checkpoint name), in stream order.
   std::vector<NamedTensor> streamed;
 };
 
-// One write of the dummy loader into one tensor.
-struct InitWriteEvent {
-  std::string name;  // dotted name of the tensor written
+// A read of a captured graph, resolved against the live tensors at capture.
+struct ResolvedRead {
+  GraphRead read;
+  std::string name;          // the live tensor it fell in ("": undeclared by the model)
+  std::int64_t offset = 0;   // bytes from that tensor's first byte
+  bool whole = false;        // the read covers exactly that tensor
+};
+
+// One captured graph, as probes see it.
+struct GraphView {
+  const CapturedGraph* graph = nullptr;
+  std::int64_t batch_size = 0;
+  std::vector<ResolvedRead> reads;
+};
+
+// A live tensor an address range falls in (RunContext::resolve()).
+struct AddressHit {
+  std::string name;
   torch::Tensor tensor;
+  std::int64_t offset = 0;  // bytes from the tensor's first byte
+  bool whole = false;       // the range is exactly the tensor
 };
 
 struct CaptureEvent : PhaseEvent {
-  const CapturedGraph* graph = nullptr;  // end only
+  const GraphView* graph = nullptr;  // end only
 };
 
 struct ReplayEvent : PhaseEvent {
-  const CapturedGraph* graph = nullptr;
-  torch::Tensor replay_output;  // end only: the graph's static output buffer (not a copy)
+  const GraphView* graph = nullptr;
+  TensorList replay_outputs;  // end only: the graph's static output buffers (not copies)
 };
 
-// After a replay: the same input run eagerly through the captured model A.
+// After a replay: the same inputs run eagerly through the captured model A, and through model B.
 struct CompareEvent : PhaseEvent {
-  const CapturedGraph* graph = nullptr;
-  torch::Tensor input;
-  torch::Tensor replay_output;
-  torch::Tensor eager_output;  // end only
+  const GraphView* graph = nullptr;
+  TensorList inputs;
+  TensorList replay_outputs;     // copies
+  TensorList eager_outputs;      // end only: eager(A)
+  TensorList reference_outputs;  // end only: eager(B), computed by the driver outside the windows
+  // The differential's tolerance (0 on an exact backend) and the noise floor it came from
+  // (repeated eager runs of A, measured in the validate pass; -1 when not measured).
+  double tolerance = 0;
+  double noise_floor = -1;
 };
 
 struct HookEvent {
@@ -70,31 +113,58 @@ struct HookEvent {
   int cycle = 0;
 };
 
-// What a probe sees of the running scenario. Implemented by the driver.
+// What a disturbing pass may do; RunContext::control() gives it to probes of disturbing passes
+// only. Model failures thrown from here end the pass as a failed check, like the driver's own.
+class PassControl {
+ public:
+  virtual ~PassControl() = default;
+  // This pass's model A.
+  [[nodiscard]] virtual LifecycleModel& model() = 0;
+  [[nodiscard]] virtual TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) = 0;
+  [[nodiscard]] virtual TensorList eager(const TensorList& inputs) = 0;
+  // Writes the inputs into the static buffers of graph `index` (RunContext::graphs()), replays,
+  // returns copies of the outputs.
+  [[nodiscard]] virtual TensorList replay(std::size_t index, const TensorList& inputs) = 0;
+  // Model B's forward (B: a fresh model loaded with the weights A should hold now).
+  [[nodiscard]] virtual TensorList reference_forward(const TensorList& inputs) = 0;
+  virtual void run_pwal(LifecycleModel& model) = 0;
+  // Another instance of the scenario's model with `config` (hooks unreported).
+  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
+};
+
+// What a probe sees of the running scenario. Implemented by the driver. In the observe pass it
+// is read-only: probes read events, tensors and the graphs' reads and write findings and
+// measurements; they never construct models or call model code (control() is nullptr), and they
+// must not write to the tensors they are shown.
 class RunContext {
  public:
   virtual ~RunContext() = default;
   [[nodiscard]] virtual const Scenario& scenario() const = 0;
-  [[nodiscard]] virtual LifecycleModel& model() = 0;
   [[nodiscard]] virtual const GraphBackend& backend() const = 0;
-  [[nodiscard]] virtual std::vector<CapturedGraph*> graphs() = 0;
-  // Model B's forward. B: constructed fresh and loaded in one go with the weights A should hold
-  // now (the initial checkpoint, or the same dummy fill, overlaid with every refit so far), then
-  // PWAL; built once per cycle. Model failures are reported like A's (not a crash) and B's hook
-  // announcements are kept out of the ledger.
-  [[nodiscard]] virtual torch::Tensor reference_forward(const torch::Tensor& input) = 0;
-  // Model B's live tensors (live_tensors()), by name: what A's tensors should hold now.
-  [[nodiscard]] virtual std::vector<NamedTensor> reference_tensors() = 0;
-  // A fresh model loaded like B (not cached): for checks that must not disturb model A.
-  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_loaded_model() = 0;
-  // Runs process_weights_after_loading() on `model` (hooks unreported, failures as model
-  // failures).
-  virtual void run_pwal(LifecycleModel& model) = 0;
-  // Another instance of the scenario's model with `config` (hooks unreported, requires_grad off).
-  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
+  [[nodiscard]] virtual MemoryMeter& memory_meter() = 0;
+  [[nodiscard]] virtual Pass pass() const = 0;
+  // The noise floor of eager(A) at a batch size: max |difference| between repeated eager runs on
+  // the same input, measured in the validate pass; -1 when not measured.
+  [[nodiscard]] virtual double noise_floor(std::int64_t batch_size) const = 0;
+  // The graphs captured so far in this pass, in capture order.
+  [[nodiscard]] virtual const std::vector<GraphView>& graphs() const = 0;
+  // Model A's tensors now: live_tensors(), checkpoint_tensors(), checkpoint_layout().
+  [[nodiscard]] virtual std::vector<NamedTensor> live_tensors() = 0;
+  [[nodiscard]] virtual std::vector<NamedTensor> checkpoint_tensors() = 0;
+  [[nodiscard]] virtual std::vector<CheckpointEntry> checkpoint_layout() = 0;
+  [[nodiscard]] virtual const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const = 0;
+  [[nodiscard]] virtual std::vector<ExpectedHook> expected_hooks() const = 0;
   // Every module path of model A: "(model)", "(root)", then module()'s submodules ("layers.0").
   [[nodiscard]] virtual std::vector<std::string> module_paths() = 0;
-  // Writing results.
+  // The live tensor of model A an address range falls in now (interior pointers included), or
+  // none. `bytes` 0: just the address.
+  [[nodiscard]] virtual std::optional<AddressHit> resolve(const void* address, std::size_t bytes) = 0;
+  // Model B's live tensors, by name: what A's tensors should hold now. Built by the driver once
+  // per cycle, outside every measurement window. Empty when the pass builds no B.
+  [[nodiscard]] virtual std::vector<NamedTensor> reference_tensors() = 0;
+  // nullptr in the observe pass.
+  [[nodiscard]] virtual PassControl* control() = 0;
+  // Writing results. The driver stamps each finding with the pass.
   virtual void add_finding(Finding finding) = 0;
   virtual void add_measurement(Measurement measurement) = 0;
 
@@ -134,10 +204,9 @@ class Probe {
   // Around the model's construction (model B's construction fires no events).
   virtual void on_construct_begin(RunContext& ctx, const PhaseEvent& event) = 0;
   virtual void on_construct_end(RunContext& ctx, const PhaseEvent& event) = 0;
-  // Around load_weights() (checkpoint) or the dummy fill, for the initial load and each refit.
+  // Around load_weights() (checkpoint) or load_dummy_weights(), for the initial load and each
+  // refit (each bucket).
   virtual void on_load_begin(RunContext& ctx, const LoadEvent& event) = 0;
-  // During a dummy load, once for every tensor write the loader makes.
-  virtual void on_init_write(RunContext& ctx, const InitWriteEvent& event) = 0;
   virtual void on_load_end(RunContext& ctx, const LoadEvent& event) = 0;
   // Around process_weights_after_loading(), after every load.
   virtual void on_pwal_begin(RunContext& ctx, const PhaseEvent& event) = 0;
@@ -151,7 +220,8 @@ class Probe {
   // Around one replay of one graph: after the initial capture and after every refit.
   virtual void on_replay_begin(RunContext& ctx, const ReplayEvent& event) = 0;
   virtual void on_replay_end(RunContext& ctx, const ReplayEvent& event) = 0;
-  // Around the eager forward of model A on the replayed input (right after each replay).
+  // Around the eager forward of model A on the replayed inputs (right after each replay); at the
+  // end also eager(B), computed outside the window.
   virtual void on_compare_begin(RunContext& ctx, const CompareEvent& event) = 0;
   virtual void on_compare_end(RunContext& ctx, const CompareEvent& event) = 0;
   // Around one refit cycle: the model's stage_for_refit(), one load per bucket (one when the
@@ -171,7 +241,6 @@ class EmptyProbe : public Probe {
   void on_construct_begin(RunContext&, const PhaseEvent&) override {}
   void on_construct_end(RunContext&, const PhaseEvent&) override {}
   void on_load_begin(RunContext&, const LoadEvent&) override {}
-  void on_init_write(RunContext&, const InitWriteEvent&) override {}
   void on_load_end(RunContext&, const LoadEvent&) override {}
   void on_pwal_begin(RunContext&, const PhaseEvent&) override {}
   void on_pwal_end(RunContext&, const PhaseEvent&) override {}
@@ -199,9 +268,11 @@ class ProbeRegistry {
     std::string name;
     std::string description;
     ProbeFactory factory;
+    std::vector<Pass> passes;  // where it runs; its verdicts count only from these
   };
   static ProbeRegistry& get();
-  bool add(std::string name, std::string description, ProbeFactory factory);
+  bool add(std::string name, std::string description, ProbeFactory factory,
+           std::vector<Pass> passes = {Pass::observe});
   [[nodiscard]] const Entry* find(const std::string& name) const;
   [[nodiscard]] std::vector<std::string> names() const;
 
@@ -213,7 +284,15 @@ class ProbeRegistry {
 
 #define GRAPHCHECK_PROBE_CONCAT_(a, b) a##b
 #define GRAPHCHECK_PROBE_CONCAT(a, b) GRAPHCHECK_PROBE_CONCAT_(a, b)
+// An observer: runs in the observe pass only.
 #define GRAPHCHECK_REGISTER_PROBE(name, description, type)                            \
   static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __LINE__) = \
       ::graphcheck::ProbeRegistry::get().add(name, description,                       \
                                              [] { return std::make_unique<type>(); })
+// A probe that (also) runs in passes of its own: GRAPHCHECK_REGISTER_PROBE_IN("hooks", "...",
+// HooksProbe, ::graphcheck::Pass::observe, ::graphcheck::Pass::idempotence).
+#define GRAPHCHECK_REGISTER_PROBE_IN(name, description, type, ...)                        \
+  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __LINE__) =     \
+      ::graphcheck::ProbeRegistry::get().add(name, description,                           \
+                                             [] { return std::make_unique<type>(); }, \
+                                             {__VA_ARGS__})

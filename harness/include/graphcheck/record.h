@@ -12,7 +12,7 @@
 namespace graphcheck {
 
 // Bumped on any incompatible change to the JSON report (reports/schema/).
-inline constexpr int kReportSchemaVersion = 1;
+inline constexpr int kReportSchemaVersion = 2;
 
 enum class Status {
   passed,   // every check held
@@ -26,6 +26,7 @@ enum class Status {
 // One failed check, with the evidence a reader needs to find the bug.
 struct Finding {
   std::string probe;  // "address", "replay_diff", or "driver" for model exceptions
+  std::string pass;   // the pass it was made in: "observe", "census", ... (DESIGN §2.2)
   std::string phase;  // lifecycle phase it was detected in
   int cycle = 0;      // 0: initial load; k >= 1: refit cycle k
   std::int64_t batch_size = 0;  // 0 when not tied to one graph
@@ -50,6 +51,8 @@ struct ScenarioRecord {
   std::string description;
   std::string fixture;
   std::string backend;
+  std::string backend_reason;  // why that backend ran
+  std::vector<std::string> passes;  // the passes that ran, in order
   std::vector<std::string> mutations;  // enabled in this run
   // Declared in the scenario: mutation -> probes that must catch it.
   std::map<std::string, std::vector<std::string>> expected_catches;

@@ -7,15 +7,20 @@
 
 namespace graphcheck {
 
-std::unique_ptr<GraphBackend> make_backend(const std::string& name) {
-  if (name == "emulated" || name == "auto") {
-    // The CUDA backend is not built yet, so auto means emulated.
-    return make_emulated_backend();
+// The cuda backend is not part of this build yet (GRAPHCHECK_HAS_CUDA only says whether libtorch
+// has CUDA); when it is, `auto` picks it where a device exists.
+BackendChoice make_backend(const std::string& name) {
+  const std::string why_not_cuda =
+      GRAPHCHECK_HAS_CUDA ? "the cuda backend is not built into this graphcheck yet"
+                          : "this graphcheck is built against a libtorch without CUDA";
+  if (name == "emulated") return {make_emulated_backend(), "asked for with --backend emulated"};
+  if (name == "auto") {
+    return {make_emulated_backend(),
+            fmt::format("auto: {}, so the emulated backend (CPU) runs", why_not_cuda)};
   }
   if (name == "cuda") {
-    throw std::invalid_argument(
-        "backend 'cuda' is not available in this build of graphcheck: use --backend emulated "
-        "(or auto)");
+    throw std::invalid_argument(fmt::format(
+        "backend 'cuda' is not available: {}; use --backend emulated (or auto)", why_not_cuda));
   }
   throw std::invalid_argument(fmt::format("unknown backend '{}': use auto, emulated or cuda", name));
 }

@@ -8,9 +8,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
-#include "read_set.h"
+#include "address_index.h"
+#include "counting_allocator.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -18,8 +20,16 @@ namespace {
 
 // Ops that synchronise with the host: a CUDA graph cannot capture them. The tracer bakes their
 // results into the graph as constants, so they are seen through RecordFunction instead.
-constexpr const char* kHostSyncOps[] = {"aten::item", "aten::_local_scalar_dense",
-                                        "aten::is_nonzero", "aten::nonzero", "aten::equal"};
+// Ops that read data to the host on CUDA (a sync inside the op). Reading a value through
+// data_ptr() or .cpu() on a CPU tensor calls no op at all: the capture validation (replays on
+// fresh inputs vs eager) catches the control flow such a read freezes.
+constexpr const char* kHostSyncOps[] = {
+    "aten::item",           "aten::_local_scalar_dense", "aten::is_nonzero",
+    "aten::nonzero",        "aten::argwhere",            "aten::masked_select",
+    "aten::unique",         "aten::_unique",             "aten::_unique2",
+    "aten::unique_dim",     "aten::unique_consecutive",  "aten::unique_dim_consecutive",
+    "aten::equal",          "aten::allclose",            "aten::bincount",
+    "aten::tolist",         "aten::nonzero_numpy"};
 
 struct HostSyncLog {
   std::vector<std::string> ops;
@@ -60,41 +70,44 @@ class HostSyncObserver {
 class EmulatedGraph final : public CapturedGraph {
  public:
   EmulatedGraph(std::int64_t batch_size, std::shared_ptr<torch::jit::Graph> graph,
-                torch::Tensor input, torch::Tensor output, std::vector<ReadSetEntry> read_set)
+                TensorList inputs, TensorList outputs, std::vector<GraphRead> reads)
       : m_batch_size(batch_size),
         m_graph(std::move(graph)),
         m_code(m_graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
-        m_input(std::move(input)),
-        m_output(std::move(output)),
-        m_read_set(std::move(read_set)) {}
+        m_inputs(std::move(inputs)),
+        m_outputs(std::move(outputs)),
+        m_reads(std::move(reads)) {}
 
   [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
-  [[nodiscard]] torch::Tensor static_input() const override { return m_input; }
-  [[nodiscard]] torch::Tensor static_output() const override { return m_output; }
-  [[nodiscard]] const std::vector<ReadSetEntry>& read_set() const override { return m_read_set; }
+  [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
+  [[nodiscard]] const TensorList& static_outputs() const override { return m_outputs; }
+  [[nodiscard]] const std::vector<GraphRead>& reads() const override { return m_reads; }
 
   void replay() override {
     torch::NoGradGuard no_grad;
-    torch::jit::Stack stack{m_input};
+    torch::jit::Stack stack(m_inputs.begin(), m_inputs.end());
     torch::jit::InterpreterState(m_code).run(stack);
-    TORCH_CHECK(stack.size() == 1 && stack[0].isTensor(),
-                "graphcheck: the captured forward must return one tensor");
-    // The static output buffer keeps its address, as with a CUDA graph.
-    m_output.copy_(stack[0].toTensor());
+    TORCH_CHECK(stack.size() == m_outputs.size(), "graphcheck: the captured forward returned ",
+                stack.size(), " values, captured with ", m_outputs.size());
+    // The static output buffers keep their addresses, as with a CUDA graph.
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+      TORCH_CHECK(stack[i].isTensor(), "graphcheck: output ", i, " of the replay is not a tensor");
+      m_outputs[i].copy_(stack[i].toTensor());
+    }
   }
 
  private:
   std::int64_t m_batch_size;
   std::shared_ptr<torch::jit::Graph> m_graph;
   torch::jit::Code m_code;
-  torch::Tensor m_input;
-  torch::Tensor m_output;
-  std::vector<ReadSetEntry> m_read_set;
+  TensorList m_inputs;
+  TensorList m_outputs;
+  std::vector<GraphRead> m_reads;
 };
 
-void pin_constants(torch::jit::Block* block, std::vector<ReadSetEntry>& read_set) {
+void pin_constants(torch::jit::Block* block, std::vector<GraphRead>& reads) {
   for (torch::jit::Node* node : block->nodes()) {
-    for (torch::jit::Block* sub : node->blocks()) pin_constants(sub, read_set);
+    for (torch::jit::Block* sub : node->blocks()) pin_constants(sub, reads);
     if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
         node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
       continue;
@@ -106,26 +119,54 @@ void pin_constants(torch::jit::Block* block, std::vector<ReadSetEntry>& read_set
     pinned.set_(live.storage(), live.storage_offset(), live.sizes(), live.strides());
     node->t_(c10::attr::value, pinned);
 
-    ReadSetEntry entry;
-    entry.storage = live.storage();
-    entry.storage_offset = live.storage_offset();
-    entry.sizes = live.sizes().vec();
-    entry.strides = live.strides().vec();
-    entry.dtype = live.scalar_type();
-    entry.address = live.data_ptr();
-    read_set.push_back(std::move(entry));
+    GraphRead read;
+    read.address = live.data_ptr();
+    read.bytes = tensor_extent_bytes(live);
+    read.dtype = live.scalar_type();
+    read.sizes = live.sizes().vec();
+    read.strides = live.strides().vec();
+    read.held = live.storage();  // the pinned alias keeps it alive
+    reads.push_back(std::move(read));
   }
 }
+
+// The CPU memory meter: the counting wrapper around libtorch's CPU allocator.
+class CpuMemoryMeter final : public MemoryMeter {
+ public:
+  [[nodiscard]] std::string name() const override { return "cpu counting allocator"; }
+  void start() override { CountingCpuAllocator::instance().install(); }
+  void stop() override { CountingCpuAllocator::instance().uninstall(); }
+  [[nodiscard]] std::uint64_t now() const override { return CountingCpuAllocator::instance().now(); }
+  [[nodiscard]] std::int64_t live_bytes() const override {
+    return CountingCpuAllocator::instance().live_bytes();
+  }
+  [[nodiscard]] std::int64_t alive_since(std::uint64_t moment) const override {
+    return CountingCpuAllocator::instance().alive_since(moment);
+  }
+  [[nodiscard]] std::int64_t peak_bytes() const override {
+    return CountingCpuAllocator::instance().peak_bytes();
+  }
+  void reset_peak() override { CountingCpuAllocator::instance().reset_peak(); }
+};
 
 class EmulatedBackend final : public GraphBackend {
  public:
   [[nodiscard]] std::string name() const override { return "emulated"; }
+  [[nodiscard]] bool exact() const override { return true; }
   [[nodiscard]] double min_tolerance() const override { return 0.0; }
+  [[nodiscard]] bool keeps_storages_alive() const override { return true; }
+  [[nodiscard]] MemoryMeter& memory_meter() override { return m_meter; }
+  void synchronize() override {}
 
-  std::unique_ptr<CapturedGraph> capture(LifecycleModel& model, const torch::Tensor& example_input,
+  std::unique_ptr<CapturedGraph> capture(LifecycleModel& model, const TensorList& example_inputs,
                                          std::int64_t batch_size) override {
     torch::NoGradGuard no_grad;
-    torch::Tensor input = example_input.clone();
+    TensorList inputs;
+    torch::jit::Stack stack;
+    for (const auto& t : example_inputs) {
+      inputs.push_back(t.clone());
+      stack.emplace_back(inputs.back());
+    }
 
     HostSyncLog host_syncs;
     std::shared_ptr<torch::jit::tracer::TracingState> state;
@@ -133,10 +174,13 @@ class EmulatedBackend final : public GraphBackend {
     {
       HostSyncObserver observer(host_syncs);
       auto traced = [&model](torch::jit::Stack in) -> torch::jit::Stack {
-        return {model.forward(in.at(0).toTensor())};
+        TensorList args;
+        for (auto& v : in) args.push_back(v.toTensor());
+        TensorList out = model.forward_all(args);
+        return torch::jit::Stack(out.begin(), out.end());
       };
       std::tie(state, outputs) = torch::jit::tracer::trace(
-          {input}, traced, [](const torch::autograd::Variable&) { return std::string(); },
+          std::move(stack), traced, [](const torch::autograd::Variable&) { return std::string(); },
           /*strict=*/true, /*force_outplace=*/false);
     }
 
@@ -146,18 +190,21 @@ class EmulatedBackend final : public GraphBackend {
           "(the value would be frozen at capture time); keep the value on the device",
           host_syncs.ops.front(), batch_size));
     }
-    if (outputs.size() != 1 || !outputs[0].isTensor()) {
-      throw NotCapturable("forward must return exactly one tensor to be captured");
+    if (outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
+    TensorList static_outputs;
+    for (auto& v : outputs) {
+      if (!v.isTensor()) throw NotCapturable("every output of a captured forward must be a tensor");
+      static_outputs.push_back(v.toTensor().clone());
     }
 
-    std::vector<ReadSetEntry> read_set;
-    pin_constants(state->graph->block(), read_set);
-    resolve_read_set_names(read_set, live_tensors(model));
-
-    torch::Tensor output = outputs[0].toTensor().clone();
-    return std::make_unique<EmulatedGraph>(batch_size, state->graph, input, output,
-                                           std::move(read_set));
+    std::vector<GraphRead> reads;
+    pin_constants(state->graph->block(), reads);
+    return std::make_unique<EmulatedGraph>(batch_size, state->graph, std::move(inputs),
+                                           std::move(static_outputs), std::move(reads));
   }
+
+ private:
+  CpuMemoryMeter m_meter;
 };
 
 }  // namespace

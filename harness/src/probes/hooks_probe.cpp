@@ -2,7 +2,9 @@
 // they promise (LifecycleModel::expected_hooks()). Fails when a declared hook did not run for a
 // load (checkpoint, dummy, each refit) on a module it covers, ran out of the declared order, ran
 // inside forward or replay, or when a second process_weights_after_loading() changes any
-// tensor's content (xxHash fingerprint) or address (not idempotent).
+// tensor's content (xxHash fingerprint) or address (not idempotent). The ledger runs in the
+// observe pass; the idempotence check reruns PWAL, so it runs in a pass of its own (on its own
+// model instance, after the loader's PWAL of every load).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,16 +54,19 @@ class HooksProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "hooks"; }
 
-  void on_load_begin(RunContext&, const LoadEvent& e) override {
+  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
+    if (ctx.pass() != Pass::observe) return;
     if (!e.refit) m_window = Window{to_string(e.format), e.cycle, {}};
   }
-  void on_refit_begin(RunContext&, const PhaseEvent& e) override {
+  void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override {
+    if (ctx.pass() != Pass::observe) return;
     m_window = Window{"refit", e.cycle, {}};
   }
   void on_refit_end(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
   void on_warmup_begin(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
 
   void on_hook(RunContext& ctx, const HookEvent& e) override {
+    if (ctx.pass() != Pass::observe) return;
     if (inside_forward(e.phase)) {
       auto& count = m_in_forward[{e.module_path, e.hook, to_string(e.phase)}];
       if (count++ == 0) {
@@ -83,14 +88,15 @@ class HooksProbe final : public EmptyProbe {
     if (m_window) m_window->calls.push_back({e.module_path, e.hook});
   }
 
-  // Idempotence: a second PWAL must change nothing. Checked on a separate instance loaded like
-  // model A (its own pass), so that a non-idempotent PWAL does not disturb what the other probes
-  // see on A.
+  // Idempotence (the idempotence pass): a second PWAL right after the loader's must change
+  // nothing.
   void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override {
-    std::unique_ptr<LifecycleModel> model = ctx.construct_loaded_model();
-    const auto before = snapshot(*model);
-    ctx.run_pwal(*model);
-    const auto after = snapshot(*model);
+    PassControl* control = ctx.control();
+    if (ctx.pass() != Pass::idempotence || !control) return;
+    LifecycleModel& model = control->model();
+    const auto before = snapshot(model);
+    control->run_pwal(model);
+    const auto after = snapshot(model);
     for (const auto& [name, b] : before) {
       auto it = after.find(name);
       std::string what;
@@ -138,11 +144,11 @@ class HooksProbe final : public EmptyProbe {
   }
 
   void close_window(RunContext& ctx) {
-    if (!m_window) return;
+    if (!m_window || ctx.pass() != Pass::observe) return;
     const Window w = std::move(*m_window);
     m_window.reset();
     const std::vector<std::string> modules = ctx.module_paths();
-    const std::vector<ExpectedHook> expected = ctx.model().expected_hooks();
+    const std::vector<ExpectedHook> expected = ctx.expected_hooks();
 
     std::map<std::string, std::pair<int, int>> span;  // hook -> first, last call index
     for (int i = 0; i < static_cast<int>(w.calls.size()); ++i) {
@@ -225,9 +231,10 @@ class HooksProbe final : public EmptyProbe {
 
 }  // namespace
 
-GRAPHCHECK_REGISTER_PROBE("hooks",
-                          "declared hooks run for every load format and refit, in order, never "
-                          "in forward; PWAL is idempotent",
-                          HooksProbe);
+GRAPHCHECK_REGISTER_PROBE_IN("hooks",
+                             "declared hooks run for every load format and refit, in order, never "
+                             "in forward; PWAL is idempotent",
+                             HooksProbe, ::graphcheck::Pass::observe,
+                             ::graphcheck::Pass::idempotence);
 
 }  // namespace graphcheck

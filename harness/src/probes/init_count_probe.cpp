@@ -5,12 +5,14 @@
 // dummy load at several config values (e.g. depth) and reports writes and time against them.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
-#include "dummy_loader.h"
+#include "fingerprint.h"
 #include "glob.h"
 #include "graphcheck/probe.h"
 
@@ -29,20 +31,48 @@ std::pair<std::int64_t, std::int64_t> mismatches(const torch::Tensor& t, double 
   return {count, first};
 }
 
+// How many in-place writes a tensor has taken: its version counter, which every in-place op
+// (fill_, copy_, uniform_, ...) bumps, and its content, for writes made past libtorch (a memcpy
+// through data_ptr() bumps nothing). Tensors over one storage share a version counter and are
+// counted together.
+struct WriteState {
+  std::int64_t version = -1;  // -1: no version counter (an inference tensor)
+  std::uint64_t fingerprint = 0;
+};
+
+WriteState write_state(const torch::Tensor& t) {
+  WriteState s;
+  try {
+    s.version = static_cast<std::int64_t>(t._version());
+  } catch (const c10::Error&) {
+    s.version = -1;
+  }
+  s.fingerprint = fingerprint(t);
+  return s;
+}
+
+// Writes between two states: the version delta, or 1 when only the content shows a write.
+std::int64_t writes_between(const WriteState& before, const WriteState& after) {
+  const std::int64_t versions = before.version >= 0 && after.version >= 0 ? after.version - before.version : 0;
+  if (versions > 0) return versions;
+  return before.fingerprint != after.fingerprint ? 1 : 0;
+}
+
 class InitCountProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "init_count"; }
 
-  void on_load_begin(RunContext&, const LoadEvent& e) override {
-    m_counting = !e.refit && e.format == LoadFormat::dummy;
-    m_counts.clear();
-    m_writes = 0;
+  void on_scenario_begin(RunContext& ctx) override {
+    if (ctx.pass() == Pass::growth && ctx.control() && ctx.scenario().dummy_growth) growth(ctx);
   }
 
-  void on_init_write(RunContext&, const InitWriteEvent& e) override {
+  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
+    m_counting = ctx.pass() == Pass::observe && !e.refit && e.format == LoadFormat::dummy;
+    m_before.clear();
     if (!m_counting) return;
-    ++m_counts[e.name];
-    ++m_writes;
+    for (const auto& t : ctx.live_tensors()) {
+      if (t.tensor.defined()) m_before.emplace(t.name, write_state(t.tensor));
+    }
   }
 
   void on_load_end(RunContext& ctx, const LoadEvent& e) override {
@@ -50,47 +80,90 @@ class InitCountProbe final : public EmptyProbe {
     m_counting = false;
     check_counts(ctx, e);
     check_values(ctx, e);
-    if (ctx.scenario().dummy_growth) growth(ctx, e);
   }
 
  private:
   void check_counts(RunContext& ctx, const LoadEvent& e) {
-    LifecycleModel& model = ctx.model();
-    const auto persistent = checkpoint_tensors(model);
+    // Writes per storage group: tensors over one storage share their version counter.
+    std::map<const c10::StorageImpl*, std::vector<std::string>> groups;
+    std::map<std::string, std::int64_t> writes;
+    std::map<std::string, const c10::StorageImpl*> group_of;
+    std::int64_t total = 0;
+    const auto live = ctx.live_tensors();
+    std::set<std::string> seen;
+    for (const auto& t : live) {
+      if (!t.tensor.defined() || !seen.insert(t.name).second) continue;
+      auto it = m_before.find(t.name);
+      if (it == m_before.end()) continue;
+      writes[t.name] = writes_between(it->second, write_state(t.tensor));
+      const c10::StorageImpl* storage = t.tensor.has_storage() ? t.tensor.storage().unsafeGetStorageImpl() : nullptr;
+      group_of[t.name] = storage;
+      if (storage) groups[storage].push_back(t.name);
+    }
+    const auto persistent = ctx.checkpoint_tensors();
     std::set<std::string> persistent_names;
+    for (const auto& t : persistent) persistent_names.insert(t.name);
+    std::set<std::string> buffer_names;
+    std::set<std::string> extra_names;
+    {
+      std::set<std::string> params_and_persistent = persistent_names;
+      for (const auto& t : live) {
+        if (!params_and_persistent.count(t.name)) extra_names.insert(t.name);
+      }
+    }
     for (const auto& t : persistent) {
-      persistent_names.insert(t.name);
-      const int count = m_counts.count(t.name) ? m_counts.at(t.name) : 0;
-      if (count == 1) continue;
+      const c10::StorageImpl* storage = group_of.count(t.name) ? group_of[t.name] : nullptr;
+      const std::vector<std::string>& members = storage ? groups[storage] : std::vector<std::string>{};
+      std::int64_t count = writes.count(t.name) ? writes[t.name] : 0;
+      // Aliases: the group's writes are shared; each persistent member stands for one write.
+      std::int64_t expected = 1;
+      if (members.size() > 1) {
+        expected = static_cast<std::int64_t>(std::count_if(members.begin(), members.end(), [&](const std::string& n) {
+          return persistent_names.count(n) > 0;
+        }));
+      }
+      total += count;
+      if (count == expected) continue;
       add(ctx, e, t.name,
-          fmt::format("tensor '{}' was initialised {} times by the dummy load (expected exactly "
-                      "once){}",
-                      t.name, count,
+          fmt::format("tensor '{}' was written {} time{} by the dummy load (expected exactly {}{}){}",
+                      t.name, count, count == 1 ? "" : "s", expected,
+                      members.size() > 1 ? fmt::format(", shared with {}", fmt::join(members, ", ")) : "",
                       count == 0 ? ": the loader skipped it"
-                                 : ": each module must initialise only its own tensors, not its "
-                                   "recursive state (one fill per ancestor is O(depth) work)"),
-          {{"tensor", t.name}, {"count", std::to_string(count)}});
+                                 : ": each tensor must be initialised once, with one in-place op "
+                                   "(a module that initialises its recursive state, or a loader "
+                                   "that fills a tensor and then again, does O(depth) or repeated "
+                                   "work)"),
+          {{"tensor", t.name}, {"writes", std::to_string(count)}, {"expected", std::to_string(expected)},
+           {"counted_by", "version counter (in-place ops), content for writes past libtorch"}});
     }
-    for (const auto& item : model.module().named_buffers(/*recurse=*/true)) {
-      if (persistent_names.count(item.key())) continue;
-      const int count = m_counts.count(item.key()) ? m_counts.at(item.key()) : 0;
+    for (const auto& name : extra_names) {
+      // Non-persistent buffers (and extra tensors aliasing nothing persistent) must stay untouched.
+      const TensorAttrs* attrs = nullptr;
+      for (const auto& t : live) {
+        if (t.name == name) attrs = ctx.tensor_attrs(t.tensor);
+      }
+      const bool non_persistent_buffer = attrs && !attrs->persistent;
+      if (!non_persistent_buffer) continue;
+      const std::int64_t count = writes.count(name) ? writes[name] : 0;
       if (count == 0) continue;
-      add(ctx, e, item.key(),
+      const c10::StorageImpl* storage = group_of.count(name) ? group_of[name] : nullptr;
+      if (storage && groups[storage].size() > 1) continue;  // shares storage with a loaded tensor
+      add(ctx, e, name,
           fmt::format("non-persistent buffer '{}' was written {} time{} by the dummy load: "
-                      "non-persistent buffers (scratch, aliases) must never be touched by a loader",
-                      item.key(), count, count == 1 ? "" : "s"),
-          {{"tensor", item.key()}, {"count", std::to_string(count)}});
+                      "non-persistent buffers (scratch, derived state) must never be touched by a "
+                      "loader",
+                      name, count, count == 1 ? "" : "s"),
+          {{"tensor", name}, {"writes", std::to_string(count)}});
     }
-    measure(ctx, e, "gc/init_count/writes", static_cast<double>(m_writes), "writes");
+    measure(ctx, e, "gc/init_count/writes", static_cast<double>(total), "writes");
     measure(ctx, e, "gc/init_count/tensors", static_cast<double>(persistent.size()), "tensors");
   }
 
   void check_values(RunContext& ctx, const LoadEvent& e) {
-    LifecycleModel& model = ctx.model();
     const auto& expected = ctx.scenario().dummy_constants;
     std::set<std::string> matched_patterns;
-    for (const auto& t : checkpoint_tensors(model)) {
-      const TensorAttrs* attrs = model.tensor_attributes().find(t.tensor);
+    for (const auto& t : ctx.checkpoint_tensors()) {
+      const TensorAttrs* attrs = ctx.tensor_attrs(t.tensor);
       std::optional<double> declared;
       if (attrs && attrs->dummy_weight_value) declared = attrs->dummy_weight_value;
       for (const auto& [pattern, value] : expected) {
@@ -135,29 +208,41 @@ class InitCountProbe final : public EmptyProbe {
     }
   }
 
-  void growth(RunContext& ctx, const LoadEvent& e) {
+  // The growth pass: dummy loads (the model's own load_dummy_weights()) of models grown through a
+  // config key, writes counted as in the observe pass.
+  void growth(RunContext& ctx) {
     const Scenario::Growth& g = *ctx.scenario().dummy_growth;
+    PassControl& control = *ctx.control();
+    LoadEvent e;
+    e.phase = Phase::load;
+    e.format = LoadFormat::dummy;
     std::vector<std::pair<std::string, std::string>> table;
     bool flat = true;
     for (std::int64_t value : g.values) {
       ModelConfig config = ctx.scenario().config;
       config.set(g.key, value, fmt::format("{}: dummy_growth", ctx.scenario().file));
-      std::unique_ptr<LifecycleModel> model = ctx.construct_model(config);
-      const std::size_t tensors = checkpoint_tensors(*model).size();
-      std::int64_t writes = 0;
+      std::unique_ptr<LifecycleModel> model = control.construct_model(config);
+      const auto tensors = checkpoint_tensors(*model);
+      std::vector<WriteState> before;
+      for (const auto& t : tensors) before.push_back(write_state(t.tensor));
       const auto start = std::chrono::steady_clock::now();
-      dummy_load(*model, ctx.scenario().seed,
-                 [&](const std::string&, const torch::Tensor&) { ++writes; });
+      {
+        torch::NoGradGuard no_grad;
+        model->load_dummy_weights(ctx.scenario().seed);
+      }
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      flat = flat && writes == static_cast<std::int64_t>(tensors);
+      std::int64_t writes = 0;
+      for (std::size_t i = 0; i < tensors.size(); ++i) writes += writes_between(before[i], write_state(tensors[i].tensor));
+      flat = flat && writes == static_cast<std::int64_t>(tensors.size());
       const std::string prefix = fmt::format("gc/init_count/growth/{}={}", g.key, value);
       measure(ctx, e, prefix + "/writes", static_cast<double>(writes), "writes");
-      measure(ctx, e, prefix + "/tensors", static_cast<double>(tensors), "tensors");
+      measure(ctx, e, prefix + "/tensors", static_cast<double>(tensors.size()), "tensors");
       measure(ctx, e, prefix + "/ms", ms, "ms");
       table.push_back({fmt::format("{}={}", g.key, value),
                        fmt::format("{} writes for {} tensors ({:.2f} writes/tensor), {:.3f} ms",
-                                   writes, tensors, static_cast<double>(writes) / tensors, ms)});
+                                   writes, tensors.size(),
+                                   static_cast<double>(writes) / std::max<std::size_t>(1, tensors.size()), ms)});
     }
     if (!flat) {
       add(ctx, e, fmt::format("dummy load cost against {}", g.key),
@@ -179,15 +264,15 @@ class InitCountProbe final : public EmptyProbe {
   }
 
   bool m_counting = false;
-  std::int64_t m_writes = 0;
-  std::map<std::string, int> m_counts;
+  std::map<std::string, WriteState> m_before;
 };
 
 }  // namespace
 
-GRAPHCHECK_REGISTER_PROBE("init_count",
-                          "a dummy load initialises every tensor exactly once, never touches "
-                          "non-persistent buffers and honours dummy_weight_value",
-                          InitCountProbe);
+GRAPHCHECK_REGISTER_PROBE_IN("init_count",
+                             "a dummy load writes every tensor exactly once (observed: version "
+                             "counters and content), never touches non-persistent buffers and "
+                             "honours dummy_weight_value",
+                             InitCountProbe, ::graphcheck::Pass::observe, ::graphcheck::Pass::growth);
 
 }  // namespace graphcheck

@@ -1,5 +1,5 @@
-// memory: live CPU bytes at every phase boundary and the peak inside each phase, from a counting
-// wrapper around libtorch's CPU allocator. Fails when
+// memory: live bytes at every phase boundary and the peak inside each phase, from the backend's
+// memory meter (CPU: a counting wrapper around libtorch's CPU allocator). Fails when
 //  - an eager warm-up forward leaves allocations that outlive it (a lazy finalize in forward:
 //    memory is not at steady state when profiling or capture happens),
 //  - live bytes grow from one refit cycle to the next,
@@ -10,7 +10,6 @@
 
 #include <vector>
 
-#include "counting_allocator.h"
 #include "graphcheck/probe.h"
 
 namespace graphcheck {
@@ -22,13 +21,13 @@ class MemoryProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "memory"; }
 
-  void on_scenario_begin(RunContext&) override {
-    CountingCpuAllocator::instance().install();
-    m_installed = true;
+  void on_scenario_begin(RunContext& ctx) override {
+    m_meter = &ctx.memory_meter();
+    m_meter->start();
   }
   void on_scenario_end(RunContext& ctx) override {
-    if (m_installed) CountingCpuAllocator::instance().uninstall();
-    m_installed = false;
+    if (m_meter) m_meter->stop();
+    m_meter = nullptr;
     Measurement m;
     m.tag = "gc/memory/tolerance_bytes";
     m.value = kToleranceBytes;
@@ -105,15 +104,16 @@ class MemoryProbe final : public EmptyProbe {
   };
 
   void push() {
-    auto& counter = CountingCpuAllocator::instance();
+    if (!m_meter) return;
+    MemoryMeter& counter = *m_meter;
     if (!m_stack.empty()) m_stack.back().peak = std::max(m_stack.back().peak, counter.peak_bytes());
     counter.reset_peak();
     m_stack.push_back({counter.now(), counter.live_bytes(), counter.live_bytes(), 0, 0});
   }
 
   Frame pop(RunContext& ctx, const PhaseEvent& e) {
-    auto& counter = CountingCpuAllocator::instance();
-    if (m_stack.empty()) return {};
+    if (!m_meter || m_stack.empty()) return {};
+    MemoryMeter& counter = *m_meter;
     Frame f = m_stack.back();
     m_stack.pop_back();
     f.peak = std::max(f.peak, counter.peak_bytes());
@@ -138,7 +138,7 @@ class MemoryProbe final : public EmptyProbe {
               {"tolerance_bytes", std::to_string(kToleranceBytes)}});
   }
 
-  bool m_installed = false;
+  MemoryMeter* m_meter = nullptr;
   std::vector<Frame> m_stack;
   std::optional<std::int64_t> m_last_refit_live;
 };

@@ -12,7 +12,8 @@
 //    stale numbers.
 //  - Every replay output is scanned for NaN where model B's forward is finite.
 // Patterns and survivor counting: poison.h. The probe's own work is kept out of the memory
-// probe's counts (UncountedScope).
+// probe's counts (UncountedScope). It disturbs the run, so it runs in a pass of its own (DESIGN
+// §2.2): nothing it poisons reaches another check's verdict.
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,6 +23,7 @@
 #include <set>
 
 #include "counting_allocator.h"
+#include "address_index.h"
 #include "glob.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/probe.h"
@@ -54,13 +56,14 @@ class PoisonProbe final : public EmptyProbe {
     UncountedScope uncounted;
     const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
     std::int64_t tensors = 0, bytes = 0;
-    for (auto& t : checkpoint_tensors(ctx.model())) {
-      if (!prefixes.empty() && !matches_any_prefix(t.name, prefixes)) continue;
-      if (!t.tensor.defined() || t.tensor.numel() == 0 || t.tensor.scalar_type() == torch::kBool) continue;
-      fill_poison(t.tensor);
-      m_before.push_back(t.name);
+    for (auto& entry : ctx.checkpoint_layout()) {
+      if (!prefixes.empty() && !matches_any_prefix(entry.checkpoint, prefixes)) continue;
+      const torch::Tensor& t = entry.region;
+      if (!t.defined() || t.numel() == 0 || t.scalar_type() == torch::kBool) continue;
+      fill_poison(t);
+      m_before.push_back(entry.checkpoint);
       ++tensors;
-      bytes += static_cast<std::int64_t>(t.tensor.nbytes());
+      bytes += static_cast<std::int64_t>(t.nbytes());
     }
     ctx.measure(e, "gc/poison/poisoned_before_refit/tensors", static_cast<double>(tensors), "tensors");
     ctx.measure(e, "gc/poison/poisoned_before_refit/bytes", static_cast<double>(bytes), "bytes");
@@ -77,26 +80,27 @@ class PoisonProbe final : public EmptyProbe {
     const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
     std::set<std::string> used;
     std::int64_t bytes = 0;
-    for (auto& t : checkpoint_tensors(ctx.model())) {
+    for (auto& entry : ctx.checkpoint_layout()) {
       bool match = false;
       for (const auto& pattern : s.poison.staged) {
-        if (path_matches(pattern, t.name)) {
+        if (path_matches(pattern, entry.checkpoint) || path_matches(pattern, entry.live)) {
           used.insert(pattern);
           match = true;
         }
       }
-      if (!prefixes.empty() && !matches_any_prefix(t.name, prefixes)) continue;
-      if (!match || !t.tensor.defined() || t.tensor.scalar_type() == torch::kBool) continue;
-      fill_poison(t.tensor);
-      bytes += static_cast<std::int64_t>(t.tensor.nbytes());
-      m_staged.emplace(t.name, t.tensor);
+      if (!prefixes.empty() && !matches_any_prefix(entry.checkpoint, prefixes)) continue;
+      const torch::Tensor& t = entry.region;
+      if (!match || !t.defined() || t.scalar_type() == torch::kBool) continue;
+      fill_poison(t);
+      bytes += static_cast<std::int64_t>(t.nbytes());
+      m_staged.emplace(entry.checkpoint, t);
     }
     ctx.measure(e, "gc/poison/staged/tensors", static_cast<double>(m_staged.size()), "tensors");
     ctx.measure(e, "gc/poison/staged/bytes", static_cast<double>(bytes), "bytes");
     for (const auto& pattern : s.poison.staged) {
       if (used.count(pattern)) continue;
       ctx.fail(name(), e, pattern,
-               fmt::format("poison.staged pattern '{}' matches no parameter or persistent buffer "
+               fmt::format("poison.staged pattern '{}' matches no tensor of the checkpoint layout "
                            "after stage_for_refit() in refit cycle {}, so nothing was poisoned: "
                            "fix the pattern in {} (tensors look like '{}')",
                            pattern, e.cycle, s.file, example_name(ctx)));
@@ -147,17 +151,35 @@ class PoisonProbe final : public EmptyProbe {
   }
 
   void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
-    const torch::Tensor& out = e.replay_output;
-    if (!out.defined() || !c10::isFloatingType(out.scalar_type()) || out.numel() == 0) return;
+    PassControl* control = ctx.control();
+    if (!control) return;
     UncountedScope uncounted;
-    torch::Tensor nan = out.isnan().flatten();
-    if (!nan.any().item<bool>()) return;
-    // NaN that model B computes as well is the model's own arithmetic, not poison.
-    const torch::Tensor reference = ctx.reference_forward(e.graph->static_input());
-    if (reference.sizes() == out.sizes()) nan = nan.logical_and(reference.isnan().flatten().logical_not());
-    const std::int64_t count = nan.sum().item<std::int64_t>();
+    TensorList reference;
+    bool have_reference = false;
+    std::int64_t count = 0, first = -1, elements = 0, output = -1;
+    for (std::size_t i = 0; i < e.replay_outputs.size(); ++i) {
+      const torch::Tensor& out = e.replay_outputs[i];
+      if (!out.defined() || !c10::isFloatingType(out.scalar_type()) || out.numel() == 0) continue;
+      torch::Tensor nan = out.isnan().flatten();
+      if (!nan.any().item<bool>()) continue;
+      // NaN that model B computes as well is the model's own arithmetic, not poison.
+      if (!have_reference) {
+        reference = control->reference_forward(e.graph->graph->static_inputs());
+        have_reference = true;
+      }
+      if (i < reference.size() && reference[i].sizes() == out.sizes()) {
+        nan = nan.logical_and(reference[i].isnan().flatten().logical_not());
+      }
+      const std::int64_t c = nan.sum().item<std::int64_t>();
+      if (c == 0) continue;
+      if (output < 0) {
+        output = static_cast<std::int64_t>(i);
+        first = nan.nonzero()[0][0].item<std::int64_t>();
+        elements = out.numel();
+      }
+      count += c;
+    }
     if (count == 0) return;
-    const std::int64_t first = nan.nonzero()[0][0].item<std::int64_t>();
     const std::string when = e.cycle == 0 ? std::string("after the initial load")
                                           : fmt::format("after refit cycle {}", e.cycle);
     std::string cause;
@@ -184,11 +206,13 @@ class PoisonProbe final : public EmptyProbe {
               "reached the output";
     }
     ctx.fail(name(), e, fmt::format("replay output (batch size {})", e.batch_size),
-             fmt::format("the replay at batch size {} {} produced {} NaN among {} output elements "
-                         "where model B's forward is finite (first at element {}){}",
-                         e.batch_size, when, count, out.numel(), first, cause),
+             fmt::format("the replay at batch size {} {} produced {} NaN in its outputs where "
+                         "model B's forward is finite (first in output {} of {} elements, at "
+                         "element {}){}",
+                         e.batch_size, when, count, output, elements, first, cause),
              {{"nan_elements", std::to_string(count)},
-              {"elements", std::to_string(out.numel())},
+              {"output", std::to_string(output)},
+              {"elements", std::to_string(elements)},
               {"first_nan_element", std::to_string(first)},
               {"orphaned_storages_poisoned", std::to_string(m_orphans.size())}});
   }
@@ -201,8 +225,8 @@ class PoisonProbe final : public EmptyProbe {
   }
 
   static std::string example_name(RunContext& ctx) {
-    auto tensors = checkpoint_tensors(ctx.model());
-    return tensors.empty() ? "" : tensors.front().name;
+    auto layout = ctx.checkpoint_layout();
+    return layout.empty() ? "" : layout.front().checkpoint;
   }
 
   static std::vector<std::pair<std::string, std::string>> evidence(const std::string& tensor,
@@ -226,63 +250,65 @@ class PoisonProbe final : public EmptyProbe {
 
   void check_before_refit(RunContext& ctx, const PhaseEvent& e) {
     if (m_before.empty()) return;
-    std::map<std::string, torch::Tensor> live, expected;
-    for (auto& t : live_tensors(ctx.model())) live.emplace(t.name, t.tensor);
+    std::map<std::string, CheckpointEntry> layout;
+    for (auto& entry : ctx.checkpoint_layout()) layout.emplace(entry.checkpoint, std::move(entry));
+    std::map<std::string, torch::Tensor> expected_live;
     bool need_reference = false;
     for (const auto& n : m_before) {
-      auto it = live.find(n);
-      if (it != live.end() && it->second.defined() && !poison_is_nan(it->second.scalar_type())) {
+      auto it = layout.find(n);
+      if (it != layout.end() && it->second.region.defined() && !poison_is_nan(it->second.region.scalar_type())) {
         need_reference = true;
       }
     }
     if (need_reference) {
-      for (auto& t : ctx.reference_tensors()) expected.emplace(t.name, t.tensor);
+      for (auto& t : ctx.reference_tensors()) expected_live.emplace(t.name, t.tensor);
     }
     for (const auto& n : m_before) {
-      auto it = live.find(n);
-      if (it == live.end() || !it->second.defined()) continue;  // the address probe's business
-      auto ref = expected.find(n);
-      const Survivors s = count_survivors(it->second, ref == expected.end() ? torch::Tensor() : ref->second);
+      auto it = layout.find(n);
+      if (it == layout.end() || !it->second.region.defined()) continue;  // the address probe's business
+      const CheckpointEntry& entry = it->second;
+      torch::Tensor expected;
+      auto ref = expected_live.find(entry.live);
+      if (ref != expected_live.end() && ref->second.defined()) {
+        expected = entry.sharded ? ref->second.narrow(entry.dim, entry.offset, entry.size) : ref->second;
+      }
+      const Survivors s = count_survivors(entry.region, expected);
       if (s.count == 0) continue;
       ctx.fail(name(), e, n,
-               fmt::format("tensor '{}' still holds the poison written before refit cycle {} in "
+               fmt::format("tensor {} still holds the poison written before refit cycle {} in "
                            "{} of {} elements (first at element {}) after the refit's PWAL, "
                            "although the refit streamed it: its load went elsewhere, or poison "
                            "from a tensor the refit missed spread into it in post-processing",
-                           n, e.cycle, s.count, s.elements, s.first),
-               evidence(n, it->second, s, ""));
+                           entry.describe(), e.cycle, s.count, s.elements, s.first),
+               evidence(n, entry.region, s, ""));
     }
     m_before.clear();
   }
 
   void poison_orphans(RunContext& ctx, const PhaseEvent& e) {
-    std::set<const c10::StorageImpl*> live;
-    for (auto& t : live_tensors(ctx.model())) {
-      if (t.tensor.defined() && t.tensor.has_storage()) live.insert(t.tensor.storage().unsafeGetStorageImpl());
-    }
+    // Only storages the backend keeps alive (GraphRead::held): poisoning by address what a CUDA
+    // graph reads would write into freed allocator blocks.
+    const AddressIndex live(ctx.live_tensors());
     std::set<const c10::StorageImpl*> done;
     // A storage also read as integers or bools (a packed buffer) is left alone as a whole.
-    for (CapturedGraph* graph : ctx.graphs()) {
-      for (const ReadSetEntry& entry : graph->read_set()) {
-        if (!poisonable(entry.dtype)) done.insert(entry.storage.unsafeGetStorageImpl());
+    for (const GraphView& graph : ctx.graphs()) {
+      for (const ResolvedRead& r : graph.reads) {
+        if (r.read.held && !poisonable(r.read.dtype)) done.insert(r.read.held.unsafeGetStorageImpl());
       }
     }
     std::int64_t bytes = 0;
-    for (CapturedGraph* graph : ctx.graphs()) {
-      for (const ReadSetEntry& entry : graph->read_set()) {
-        const c10::StorageImpl* impl = entry.storage.unsafeGetStorageImpl();
+    for (const GraphView& graph : ctx.graphs()) {
+      for (const ResolvedRead& r : graph.reads) {
+        const c10::StorageImpl* impl = r.read.held ? r.read.held.unsafeGetStorageImpl() : nullptr;
         // Named at capture (an unnamed read is the address probe's finding), and a dtype whose
         // poison reads as garbage rather than as an index: float (NaN) or byte payloads.
-        if (!impl || entry.name.empty() || !poisonable(entry.dtype) || live.count(impl) ||
-            !done.insert(impl).second) {
-          continue;
-        }
-        fill_storage(entry.storage, poison_byte(entry.dtype));
-        bytes += static_cast<std::int64_t>(entry.storage.nbytes());
-        m_orphans.push_back({fmt::format("{}{} {} at {}",
-                                         entry.name.empty() ? "" : fmt::format("'{}', ", entry.name),
-                                         c10::toString(entry.dtype), shape_string(entry.sizes),
-                                         address_string(entry.address))});
+        if (!impl || r.name.empty() || !poisonable(r.read.dtype) || done.count(impl)) continue;
+        if (live.resolve(r.read.address, r.read.bytes)) continue;  // still live
+        done.insert(impl);
+        fill_storage(r.read.held, poison_byte(r.read.dtype));
+        bytes += static_cast<std::int64_t>(r.read.held.nbytes());
+        m_orphans.push_back({fmt::format("'{}', {} {} at {}", r.name, c10::toString(r.read.dtype),
+                                         shape_string(r.read.sizes), address_string(r.read.address))});
       }
     }
     ctx.measure(e, "gc/poison/orphaned_storages_poisoned", static_cast<double>(m_orphans.size()), "storages");
@@ -300,9 +326,10 @@ class PoisonProbe final : public EmptyProbe {
 
 }  // namespace
 
-GRAPHCHECK_REGISTER_PROBE("poison",
-                          "poisoned staging bytes are all overwritten by the refit, orphaned "
-                          "graph inputs are poisoned after each refit, replay outputs hold no NaN",
-                          PoisonProbe);
+GRAPHCHECK_REGISTER_PROBE_IN("poison",
+                             "poisoned staging bytes are all overwritten by the refit, orphaned "
+                             "graph inputs are poisoned after each refit, replay outputs hold no "
+                             "NaN",
+                             PoisonProbe, ::graphcheck::Pass::poison);
 
 }  // namespace graphcheck

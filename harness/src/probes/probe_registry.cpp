@@ -10,12 +10,13 @@ ProbeRegistry& ProbeRegistry::get() {
   return registry;
 }
 
-bool ProbeRegistry::add(std::string name, std::string description, ProbeFactory factory) {
+bool ProbeRegistry::add(std::string name, std::string description, ProbeFactory factory,
+                        std::vector<Pass> passes) {
   if (m_entries.count(name)) {
     std::fprintf(stderr, "graphcheck: probe '%s' is registered twice\n", name.c_str());
     std::abort();
   }
-  auto entry = std::make_unique<Entry>(Entry{name, std::move(description), std::move(factory)});
+  auto entry = std::make_unique<Entry>(Entry{name, std::move(description), std::move(factory), std::move(passes)});
   m_entries.emplace(std::move(name), std::move(entry));
   return true;
 }

@@ -1,13 +1,20 @@
 // replay_diff: the root oracle. After every replay, replay(A) vs eager(A) vs eager(B), where B is
-// a fresh model loaded in one go with the weights A should hold. replay != eager(A): the graph
-// reads stale memory. eager(A) != eager(B): A's own state is wrong (a missed hook, a load into a
-// stale tensor). The tolerance comes from the noise floor measured at the first replay (before
-// any refit), never below the backend's own minimum (0 for the emulated backend).
+// a fresh model loaded in one go with the weights A should hold (built by the driver). replay !=
+// eager(A): the graph reads stale memory. eager(A) != eager(B): A's own state is wrong (a missed
+// hook, a load into a stale tensor); the finding then names every live tensor of A that differs
+// from B's (parameters, persistent and non-persistent buffers, extra_tensors()), the ones the
+// graphs read first. The tolerance comes with the event (0 on an exact backend; else from the
+// noise floor of repeated eager runs and the output dtype).
+//
+// In the validate pass it checks each capture: the captured graph replayed on fresh inputs (other
+// seeds, other signs and scales) must match eager on the same inputs, or control flow was frozen
+// at capture (a branch on a value read on the host through data_ptr(), .cpu() or item()).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -20,13 +27,12 @@
 namespace graphcheck {
 namespace {
 
-constexpr double kNoiseMultiple = 4.0;
-
 struct Diff {
   double max_abs = 0;
   double max_rel = 0;  // max_abs / max |reference|
   std::int64_t mismatches = 0;
   std::int64_t first_index = -1;
+  std::int64_t output = -1;  // which output (of several) holds the largest difference
 };
 
 // NaN on one side only counts as an infinite difference.
@@ -47,125 +53,228 @@ Diff diff(const torch::Tensor& a, const torch::Tensor& b, double tolerance) {
   return d;
 }
 
+// Over every output: the largest difference, the mismatches summed. A shape mismatch is an
+// infinite difference.
+Diff diff_all(const TensorList& a, const TensorList& b, double tolerance) {
+  Diff total;
+  if (a.size() != b.size()) return {INFINITY, INFINITY, 1, 0, 0};
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    Diff d = a[i].sizes() == b[i].sizes() ? diff(a[i], b[i], tolerance)
+                                          : Diff{INFINITY, INFINITY, std::max<std::int64_t>(1, a[i].numel()), 0};
+    if (d.mismatches > 0 && total.first_index < 0) {
+      total.first_index = d.first_index;
+      total.output = static_cast<std::int64_t>(i);
+    }
+    total.mismatches += d.mismatches;
+    if (d.max_abs > total.max_abs || (std::isnan(d.max_abs) && !std::isnan(total.max_abs))) {
+      total.max_abs = d.max_abs;
+      total.max_rel = d.max_rel;
+    }
+  }
+  return total;
+}
+
+std::string shapes(const TensorList& list) {
+  std::vector<std::string> out;
+  for (const auto& t : list) out.push_back(shape_string(t.sizes()));
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
+std::string tensor_kind(const std::string& name, const std::set<std::string>& params,
+                        const std::set<std::string>& persistent, const std::set<std::string>& buffers) {
+  if (params.count(name)) return "parameter";
+  if (persistent.count(name)) return "persistent buffer";
+  if (buffers.count(name)) return "non-persistent buffer";
+  return "extra tensor";
+}
+
 class ReplayDiffProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "replay_diff"; }
 
+  void on_capture_end(RunContext& ctx, const CaptureEvent& e) override {
+    if (ctx.pass() != Pass::validate || !ctx.control()) return;
+    validate_capture(ctx, e);
+  }
+
   void on_compare_end(RunContext& ctx, const CompareEvent& e) override {
+    if (ctx.pass() != Pass::observe) return;
     const std::int64_t b = e.batch_size;
     const std::string when =
         e.cycle == 0 ? std::string("after the initial load") : fmt::format("after refit cycle {}", e.cycle);
-    if (e.replay_output.sizes() != e.eager_output.sizes()) {
-      report(ctx, e, "replay vs eager(A)",
-             fmt::format("replay output has shape {} but eager(A) gives {} at batch size {} {}",
-                         shape_string(e.replay_output.sizes()),
-                         shape_string(e.eager_output.sizes()), b, when),
-             {});
-      return;
-    }
-    // Noise floor: replay vs eager before any refit. A backend that replays exactly (minimum
-    // tolerance 0, the emulated one) gets tolerance 0, so a cycle-0 difference is a finding; a
-    // non-finite floor is never used as a tolerance.
-    if (e.cycle == 0 && !m_noise.count(b)) {
-      const double floor = diff(e.replay_output, e.eager_output, 0).max_abs;
-      m_noise[b] = std::isfinite(floor) ? floor : 0.0;
-    }
-    const double noise = m_noise.count(b) ? m_noise[b] : 0.0;
-    const double minimum = ctx.backend().min_tolerance();
-    const double tolerance = minimum > 0 ? std::max(minimum, kNoiseMultiple * noise) : 0.0;
+    const double tolerance = e.tolerance;
+    const Diff replay_vs_a = diff_all(e.replay_outputs, e.eager_outputs, tolerance);
+    const Diff a_vs_b = diff_all(e.eager_outputs, e.reference_outputs, tolerance);
 
-    const torch::Tensor eager_b = ctx.reference_forward(e.input);
-    const Diff replay_vs_a = diff(e.replay_output, e.eager_output, tolerance);
-    const Diff a_vs_b = eager_b.sizes() == e.eager_output.sizes()
-                            ? diff(e.eager_output, eager_b, tolerance)
-                            : Diff{INFINITY, INFINITY, e.eager_output.numel(), 0};
-
-    ctx.measure(e, "gc/replay_diff/noise_floor", noise, "abs");
+    ctx.measure(e, "gc/replay_diff/noise_floor", e.noise_floor, "abs");
     ctx.measure(e, "gc/replay_diff/tolerance", tolerance, "abs");
     ctx.measure(e, "gc/replay_diff/replay_vs_eager_a/max_abs", replay_vs_a.max_abs, "abs");
     ctx.measure(e, "gc/replay_diff/eager_a_vs_eager_b/max_abs", a_vs_b.max_abs, "abs");
 
     const auto verdict = [](const Diff& d) { return d.mismatches > 0 ? "≠" : "="; };
-    const std::string summary = fmt::format("replay(A) {} eager(A) (max abs {:.6g}), eager(A) {} eager(B) (max abs {:.6g})",
-                                            verdict(replay_vs_a), replay_vs_a.max_abs,
-                                            verdict(a_vs_b), a_vs_b.max_abs);
+    const std::string summary = fmt::format(
+        "replay(A) {} eager(A) (max abs {:.6g}), eager(A) {} eager(B) (max abs {:.6g})",
+        verdict(replay_vs_a), replay_vs_a.max_abs, verdict(a_vs_b), a_vs_b.max_abs);
     if (replay_vs_a.mismatches > 0) {
-      report(ctx, e, "replay vs eager(A)",
-             fmt::format("{} at batch size {} {}: the captured graph reads stale memory (a tensor "
-                         "it baked in was replaced instead of updated in place)",
-                         summary, b, when),
-             {{"max_abs", fmt::format("{:.6g}", replay_vs_a.max_abs)},
-              {"max_rel", fmt::format("{:.6g}", replay_vs_a.max_rel)},
-              {"mismatched_elements", std::to_string(replay_vs_a.mismatches)},
-              {"first_mismatch_index", std::to_string(replay_vs_a.first_index)},
-              {"tolerance", fmt::format("{:.6g}", tolerance)},
-              {"eager_a_vs_eager_b", verdict(a_vs_b)}});
+      const std::string shape_note =
+          e.replay_outputs.size() == e.eager_outputs.size()
+              ? std::string()
+              : fmt::format(" (replay gives {} outputs, eager(A) {})", e.replay_outputs.size(),
+                            e.eager_outputs.size());
+      ctx.fail(name(), e, "replay vs eager(A)",
+               fmt::format("{} at batch size {} {}{}: the captured graph reads stale memory (a "
+                           "tensor it baked in was replaced instead of updated in place)",
+                           summary, b, when, shape_note),
+               {{"max_abs", fmt::format("{:.6g}", replay_vs_a.max_abs)},
+                {"max_rel", fmt::format("{:.6g}", replay_vs_a.max_rel)},
+                {"mismatched_elements", std::to_string(replay_vs_a.mismatches)},
+                {"first_mismatch", fmt::format("output {} element {}", replay_vs_a.output, replay_vs_a.first_index)},
+                {"tolerance", fmt::format("{:.6g}", tolerance)},
+                {"replay_shapes", shapes(e.replay_outputs)},
+                {"eager_a_vs_eager_b", verdict(a_vs_b)}});
     }
     if (a_vs_b.mismatches > 0) {
       const std::vector<std::string> differing = tensors_differing_from_b(ctx, e.cycle);
-      report(ctx, e, "eager(A) vs eager(B)",
-             fmt::format("{} at batch size {} {}: model A's own state is wrong (a hook did not "
-                         "run, or weights were loaded into a stale tensor){}",
-                         summary, b, when,
-                         differing.empty() ? std::string()
-                                           : fmt::format("; live tensors of A that differ from B's: {}",
-                                                         fmt::join(differing, ", "))),
-             {{"max_abs", fmt::format("{:.6g}", a_vs_b.max_abs)},
-              {"max_rel", fmt::format("{:.6g}", a_vs_b.max_rel)},
-              {"mismatched_elements", std::to_string(a_vs_b.mismatches)},
-              {"tolerance", fmt::format("{:.6g}", tolerance)},
-              {"replay_vs_eager_a", verdict(replay_vs_a)},
-              {"tensors_differing_from_b", fmt::format("{}", fmt::join(differing, "; "))}});
+      ctx.fail(name(), e, "eager(A) vs eager(B)",
+               fmt::format("{} at batch size {} {}: model A's own state is wrong (a hook did not "
+                           "run, or weights were loaded into a stale tensor){}",
+                           summary, b, when,
+                           differing.empty()
+                               ? std::string("; no live tensor of A differs from B's: the state "
+                                             "that differs is not declared to graphcheck")
+                               : fmt::format("; live tensors of A that differ from B's: {}",
+                                             fmt::join(differing, ", "))),
+               {{"max_abs", fmt::format("{:.6g}", a_vs_b.max_abs)},
+                {"max_rel", fmt::format("{:.6g}", a_vs_b.max_rel)},
+                {"mismatched_elements", std::to_string(a_vs_b.mismatches)},
+                {"tolerance", fmt::format("{:.6g}", tolerance)},
+                {"replay_vs_eager_a", verdict(replay_vs_a)},
+                {"tensors_differing_from_b", fmt::format("{}", fmt::join(differing, "; "))}});
     }
   }
 
  private:
-  // Localises eager(A) != eager(B): the tensors of A whose bytes differ from model B's tensor of
-  // the same name. Compared: parameters, persistent buffers and extra_tensors() (what loads and
-  // PWAL write; non-persistent buffers may legitimately differ after A's forwards). Computed once
-  // per failing cycle, outside the memory counts; at most kMaxListed named. Never loses the
-  // finding: a tensor that cannot be compared is skipped, a failure is reported in the text.
+  // Capture validation: fresh inputs the graph never saw, replayed and run eagerly.
+  void validate_capture(RunContext& ctx, const CaptureEvent& e) {
+    PassControl& control = *ctx.control();
+    const std::size_t index = ctx.graphs().size() - 1;
+    const std::int64_t b = e.batch_size;
+    struct Variant {
+      std::uint64_t seed;
+      double scale;
+    };
+    const std::uint64_t base = ctx.scenario().seed * 7777u + static_cast<std::uint64_t>(b) * 131u;
+    const Variant variants[] = {{base + 1, 1.0}, {base + 1, -1.0}, {base + 2, 4.0}, {base + 3, -0.25}};
+    int checked = 0;
+    for (const Variant& v : variants) {
+      TensorList inputs = control.make_inputs(b, v.seed);
+      for (auto& t : inputs) {
+        if (t.defined() && c10::isFloatingType(t.scalar_type())) t = t * v.scale;
+      }
+      const TensorList replayed = control.replay(index, inputs);
+      const TensorList eager = control.eager(inputs);
+      double magnitude = 0;
+      for (const auto& t : eager) {
+        if (t.defined() && t.numel() > 0 && c10::isFloatingType(t.scalar_type())) {
+          magnitude = std::max(magnitude, t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>());
+        }
+      }
+      const double tolerance = ctx.backend().exact() ? 0.0 : std::max(ctx.backend().min_tolerance(),
+                                                                      4.0 * std::max(0.0, ctx.noise_floor(b)));
+      const Diff d = diff_all(replayed, eager, tolerance);
+      ++checked;
+      if (d.mismatches == 0) continue;
+      ctx.fail(name(), e, fmt::format("capture at batch size {}", b),
+               fmt::format("the graph captured at batch size {} replays differently from eager on a "
+                           "fresh input (make_inputs seed {}, floating inputs scaled by {}): max abs "
+                           "{:.6g} in {} elements: control flow or a value was frozen at capture "
+                           "(a branch on a value read on the host through data_ptr(), .cpu() or "
+                           "item()); keep the decision on the device (torch::where)",
+                           b, v.seed, v.scale, d.max_abs, d.mismatches),
+               {{"batch_size", std::to_string(b)},
+                {"input_seed", std::to_string(v.seed)},
+                {"input_scale", fmt::format("{}", v.scale)},
+                {"max_abs", fmt::format("{:.6g}", d.max_abs)},
+                {"mismatched_elements", std::to_string(d.mismatches)},
+                {"first_mismatch", fmt::format("output {} element {}", d.output, d.first_index)},
+                {"tolerance", fmt::format("{:.6g}", tolerance)}});
+      break;  // one input that shows it is enough
+    }
+    ctx.measure(e, "gc/replay_diff/validation_inputs", checked, "inputs");
+  }
+
+  // Localises eager(A) != eager(B): every live tensor of A whose bytes differ from model B's
+  // tensor of the same name, the ones the captured graphs read first, then by kind (parameters,
+  // persistent buffers, non-persistent buffers, extra tensors). Computed once per failing cycle,
+  // outside the memory counts; at most kMaxListed named. Never loses the finding: a tensor that
+  // cannot be compared is skipped, a failure is reported in the text.
   std::vector<std::string> tensors_differing_from_b(RunContext& ctx, int cycle) {
     auto cached = m_differing.find(cycle);
     if (cached != m_differing.end()) return cached->second;
     UncountedScope uncounted;
     std::vector<std::string> out;
     try {
-      auto comparable = [](LifecycleModel& model) {
-        std::map<std::string, torch::Tensor> tensors;
-        for (auto& t : checkpoint_tensors(model)) tensors.emplace(t.name, t.tensor);
-        for (auto& t : model.extra_tensors()) tensors.emplace(t.name, t.tensor);
-        return tensors;
-      };
-      const std::map<std::string, torch::Tensor> a_tensors = comparable(ctx.model());
-      std::map<std::string, torch::Tensor> b_tensors;
-      {
-        std::set<std::string> names;
-        for (const auto& item : a_tensors) names.insert(item.first);
-        for (auto& t : ctx.reference_tensors()) {
-          if (names.count(t.name)) b_tensors.emplace(t.name, t.tensor);
-        }
+      std::set<std::string> read;
+      for (const GraphView& g : ctx.graphs()) {
+        for (const auto& r : g.reads) read.insert(r.name);
       }
-      std::size_t total = 0;
-      for (const auto& [name, a] : a_tensors) {
-        auto it = b_tensors.find(name);
+      std::set<std::string> params, persistent, buffers;
+      for (const auto& t : ctx.checkpoint_tensors()) persistent.insert(t.name);
+      std::map<std::string, torch::Tensor> b_tensors;
+      for (auto& t : ctx.reference_tensors()) b_tensors.emplace(t.name, t.tensor);
+      struct Item {
+        int rank;
+        double max_abs;
+        std::string text;
+      };
+      std::vector<Item> items;
+      std::set<std::string> seen;
+      const auto a_tensors = ctx.live_tensors();
+      // live_tensors(): parameters first, then buffers, then extra_tensors().
+      for (const auto& t : a_tensors) {
+        if (!t.tensor.defined()) continue;
+        if (t.tensor.is_leaf() && t.tensor.requires_grad()) params.insert(t.name);
+      }
+      for (const auto& t : a_tensors) {
+        if (!seen.insert(t.name).second) continue;
+        const torch::Tensor& a = t.tensor;
+        auto it = b_tensors.find(t.name);
+        const std::string kind = tensor_kind(t.name, params, persistent, buffers);
         std::string what;
+        double max_abs = 0;
         if (it == b_tensors.end() || !it->second.defined() || !a.defined()) {
-          if (it == b_tensors.end()) what = fmt::format("{} (only in A)", name);
+          if (it == b_tensors.end() && a.defined()) what = fmt::format("{} ({}, only in A)", t.name, kind);
         } else if (a.sizes() != it->second.sizes() || a.scalar_type() != it->second.scalar_type()) {
-          what = fmt::format("{} ({} {} vs B's {} {})", name, c10::toString(a.scalar_type()),
+          what = fmt::format("{} ({}: {} {} vs B's {} {})", t.name, kind, c10::toString(a.scalar_type()),
                              shape_string(a.sizes()), c10::toString(it->second.scalar_type()),
                              shape_string(it->second.sizes()));
+          max_abs = INFINITY;
         } else if (a.numel() > 0 && a.layout() == c10::kStrided && !a.is_meta()) {
           const torch::Tensor r = it->second.to(a.device());
-          const std::int64_t differ = element_bytes(a).ne(element_bytes(r)).any(1).sum().item<std::int64_t>();
-          if (differ > 0) what = fmt::format("{} ({} of {} elements)", name, differ, a.numel());
+          const torch::Tensor differ_mask = element_bytes(a).ne(element_bytes(r)).any(1);
+          const std::int64_t differ = differ_mask.sum().item<std::int64_t>();
+          if (differ > 0) {
+            const std::int64_t first = differ_mask.nonzero()[0][0].item<std::int64_t>();
+            std::string magnitude;
+            if (c10::isFloatingType(a.scalar_type()) || c10::isIntegralType(a.scalar_type(), false)) {
+              max_abs = (a.to(torch::kFloat64) - r.to(torch::kFloat64)).abs().nan_to_num(INFINITY).max().item<double>();
+              magnitude = fmt::format(", max abs {:.6g}", max_abs);
+            }
+            what = fmt::format("{} ({}: {} of {} elements, first at {}{})", t.name, kind, differ,
+                               a.numel(), first, magnitude);
+          }
         }
         if (what.empty()) continue;
-        if (out.size() < kMaxListed) out.push_back(std::move(what));
-        ++total;
+        const int rank = (read.count(t.name) ? 0 : 4) + (kind == "parameter" ? 0 : kind == "persistent buffer" ? 1
+                                                                           : kind == "non-persistent buffer" ? 2 : 3);
+        items.push_back({rank, max_abs, std::move(what)});
       }
-      if (total > out.size()) out.push_back(fmt::format("and {} more", total - out.size()));
+      std::stable_sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+        if (x.rank != y.rank) return x.rank < y.rank;
+        return x.max_abs > y.max_abs;
+      });
+      for (std::size_t i = 0; i < items.size() && i < kMaxListed; ++i) out.push_back(items[i].text);
+      if (items.size() > kMaxListed) out.push_back(fmt::format("and {} more", items.size() - kMaxListed));
     } catch (const c10::Error& e) {
       out.push_back(fmt::format("(could not compare A's tensors with B's: {})", e.what_without_backtrace()));
     } catch (const std::exception& e) {
@@ -175,20 +284,16 @@ class ReplayDiffProbe final : public EmptyProbe {
     return out;
   }
 
-  void report(RunContext& ctx, const CompareEvent& e, std::string subject, std::string message,
-              std::vector<std::pair<std::string, std::string>> evidence) {
-    ctx.fail(name(), e, std::move(subject), std::move(message), std::move(evidence));
-  }
-
   static constexpr std::size_t kMaxListed = 8;
-  std::map<std::int64_t, double> m_noise;
   std::map<int, std::vector<std::string>> m_differing;
 };
 
 }  // namespace
 
-GRAPHCHECK_REGISTER_PROBE("replay_diff",
-                          "replay(A) vs eager(A) vs eager(B) after every capture and refit",
-                          ReplayDiffProbe);
+GRAPHCHECK_REGISTER_PROBE_IN("replay_diff",
+                             "replay(A) vs eager(A) vs eager(B) after every capture and refit; "
+                             "captures validated on fresh inputs",
+                             ReplayDiffProbe, ::graphcheck::Pass::observe,
+                             ::graphcheck::Pass::validate);
 
 }  // namespace graphcheck

@@ -43,12 +43,14 @@ void ConsoleReporter::end_line() {
 
 void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
   end_line();
-  fmt::print(m_out, "  => {} {} in {:.2f} s{}\n", r.name, to_string(r.status), r.seconds,
+  fmt::print(m_out, "  => {} {} in {:.2f} s{}{}\n", r.name, to_string(r.status), r.seconds,
+             r.backend.empty() ? "" : fmt::format(" on {}", r.backend),
              r.mutations.empty() ? "" : fmt::format(" (mutations: {})", fmt::join(r.mutations, ", ")));
   if (!r.reason.empty()) fmt::print(m_out, "     {}\n", r.reason);
   for (const auto& f : r.findings) {
-    fmt::print(m_out, "     FAIL [{}] {} (phase {}, cycle {}{})\n", f.probe, f.subject, f.phase,
-               f.cycle, f.batch_size ? fmt::format(", batch {}", f.batch_size) : "");
+    fmt::print(m_out, "     FAIL [{}] {} ({}phase {}, cycle {}{})\n", f.probe, f.subject,
+               f.pass.empty() ? "" : fmt::format("{} pass, ", f.pass), f.phase, f.cycle,
+               f.batch_size ? fmt::format(", batch {}", f.batch_size) : "");
     fmt::print(m_out, "          {}\n", f.message);
     for (const auto& [key, value] : f.evidence) fmt::print(m_out, "          {}: {}\n", key, value);
   }

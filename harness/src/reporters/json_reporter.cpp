@@ -27,6 +27,8 @@ std::string json_report(const RunRecord& run) {
     s["description"] = r.description;
     s["fixture"] = r.fixture;
     s["backend"] = r.backend;
+    s["backend_reason"] = r.backend_reason;
+    s["passes"] = r.passes;
     s["status"] = to_string(r.status);
     s["reason"] = r.reason;
     s["seconds"] = r.seconds;
@@ -38,6 +40,7 @@ std::string json_report(const RunRecord& run) {
       ordered_json evidence = ordered_json::object();
       for (const auto& [k, v] : f.evidence) evidence[k] = v;
       findings.push_back({{"probe", f.probe},
+                          {"pass", f.pass},
                           {"phase", f.phase},
                           {"cycle", f.cycle},
                           {"batch_size", f.batch_size},

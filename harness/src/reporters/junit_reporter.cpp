@@ -59,16 +59,22 @@ std::string junit_report(const RunRecord& run) {
       if (!r->mutations.empty()) name += " [" + fmt::format("{}", fmt::join(r->mutations, ",")) + "]";
       xml += fmt::format("    <testcase classname=\"graphcheck.{}\" name=\"{}\" time=\"{:.3f}\"",
                          xml_escape(r->fixture), xml_escape(name), r->seconds);
-      if (r->status == Status::passed) {
-        xml += "/>\n";
-        continue;
-      }
       xml += ">\n";
-      if (r->status == Status::failed) {
+      // Which backend ran and why, and the passes: every report says so.
+      xml += "      <properties>\n";
+      xml += fmt::format("        <property name=\"backend\" value=\"{}\"/>\n", xml_escape(r->backend));
+      xml += fmt::format("        <property name=\"backend_reason\" value=\"{}\"/>\n",
+                         xml_escape(r->backend_reason));
+      xml += fmt::format("        <property name=\"passes\" value=\"{}\"/>\n",
+                         xml_escape(fmt::format("{}", fmt::join(r->passes, ","))));
+      xml += "      </properties>\n";
+      if (r->status == Status::passed) {
+        // nothing more
+      } else if (r->status == Status::failed) {
         std::string body;
         for (const auto& f : r->findings) {
-          body += fmt::format("[{}] {} (phase {}, cycle {}): {}\n", f.probe, f.subject, f.phase,
-                              f.cycle, f.message);
+          body += fmt::format("[{}] {} ({} pass, phase {}, cycle {}): {}\n", f.probe, f.subject,
+                              f.pass, f.phase, f.cycle, f.message);
           for (const auto& [k, v] : f.evidence) body += fmt::format("  {}: {}\n", k, v);
         }
         const std::string first = r->findings.empty() ? "failed" : r->findings.front().message;

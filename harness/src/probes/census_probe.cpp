@@ -1,0 +1,186 @@
+// census: the write census, an oracle independent of the model's loader (DESIGN §2.2). Model B is
+// the same code as A, so a loader bug that is the same in every load (a narrow() off by one that
+// never writes a shard's last row) gives replay(A) = eager(A) = eager(B). The census sees it: in a
+// pass of its own, right before every load (the initial checkpoint or dummy load, each refit,
+// each bucket; after stage_for_refit()), every element that load is expected to write is
+// poisoned: the region of each checkpoint tensor the load streams (checkpoint_layout(): a shard
+// of a fused live tensor is just its rows), or every tensor of the layout for a dummy load. After
+// the load, the elements still holding the poison are noted; after the load's PWAL (or when the
+// next step begins, if none runs) those that still hold it are a finding naming the tensor, the
+// count, the first element and the load.
+//
+// Survivors: the poison is NaN in every float dtype (poison.h). Dtypes without NaN hold a sentinel
+// byte that a legitimate value can equal, so an element counts only where the expected value
+// (the streamed tensor, or a declared dummy_weight_value) differs from it; without an expected
+// value, only a tensor that kept the sentinel everywhere counts. After PWAL an element still
+// counts when it is NaN (post-processing may move the poison, not clear it) or, for dtypes
+// without NaN, still holds the sentinel; a PWAL that writes it (a model that defers its writes
+// to PWAL) clears it.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "graphcheck/probe.h"
+#include "poison.h"
+#include "tensor_format.h"
+
+namespace graphcheck {
+namespace {
+
+struct Poisoned {
+  CheckpointEntry entry;
+  std::string load;         // "the initial checkpoint load", "bucket 'qk' of refit cycle 3"
+  std::optional<double> dummy_value;
+  torch::Tensor survivors;  // after the load: bool mask over the region's elements
+  std::int64_t count = 0;
+};
+
+class CensusProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "census"; }
+
+  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
+    if (ctx.pass() != Pass::census) return;
+    const std::string load = describe(e);
+    std::set<std::string> expected(e.expected.begin(), e.expected.end());
+    std::int64_t tensors = 0, bytes = 0;
+    for (auto& entry : ctx.checkpoint_layout()) {
+      if (e.format == LoadFormat::checkpoint && !expected.count(entry.checkpoint)) continue;
+      const torch::Tensor& t = entry.region;
+      if (!t.defined() || t.numel() == 0 || t.scalar_type() == torch::kBool || !t.has_storage()) continue;
+      Poisoned p;
+      p.load = load;
+      if (e.format == LoadFormat::dummy) {
+        // The region's live tensor carries the attributes.
+        for (const auto& live : ctx.checkpoint_tensors()) {
+          if (live.name != entry.live) continue;
+          if (const TensorAttrs* a = ctx.tensor_attrs(live.tensor)) p.dummy_value = a->dummy_weight_value;
+        }
+      }
+      fill_poison(t);
+      ++tensors;
+      bytes += static_cast<std::int64_t>(t.nbytes());
+      p.entry = std::move(entry);
+      m_pending.push_back(std::move(p));
+    }
+    ctx.measure(e, "gc/census/poisoned_tensors", static_cast<double>(tensors), "tensors");
+    ctx.measure(e, "gc/census/poisoned_bytes", static_cast<double>(bytes), "bytes");
+  }
+
+  void on_load_end(RunContext& ctx, const LoadEvent& e) override {
+    if (ctx.pass() != Pass::census) return;
+    std::map<std::string, const torch::Tensor*> streamed;
+    for (const auto& item : e.streamed) streamed[item.name] = &item.tensor;
+    for (Poisoned& p : m_pending) {
+      if (p.survivors.defined() || p.load != describe(e)) continue;
+      const torch::Tensor& t = p.entry.region;
+      torch::Tensor expected;
+      auto it = streamed.find(p.entry.checkpoint);
+      if (it != streamed.end()) {
+        expected = *it->second;
+      } else if (p.dummy_value) {
+        expected = torch::full(t.sizes(), *p.dummy_value, t.options());
+      }
+      const Survivors s = count_survivors(t, expected);
+      p.count = s.count;
+      p.survivors = survivor_mask(t, expected);
+    }
+  }
+
+  // After the load's PWAL, or when the next step begins if no PWAL ran.
+  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
+  void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
+  void on_refit_end(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
+  void on_warmup_begin(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
+  void on_scenario_end(RunContext& ctx) override {
+    PhaseEvent e;
+    e.phase = Phase::refit;
+    settle(ctx, e);
+  }
+
+ private:
+  static std::string describe(const LoadEvent& e) {
+    if (!e.refit) return fmt::format("the initial {} load", to_string(e.format));
+    if (!e.bucket.empty()) return fmt::format("bucket '{}' of refit cycle {}", e.bucket, e.cycle);
+    return fmt::format("the load of refit cycle {}", e.cycle);
+  }
+
+  // The same rule as count_survivors(), as a mask over the elements.
+  static torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected) {
+    const std::uint8_t byte = poison_byte(t.scalar_type());
+    torch::Tensor mask = element_bytes(t).eq(byte).all(1);
+    const bool comparable = expected.defined() && expected.scalar_type() == t.scalar_type() &&
+                            expected.sizes() == t.sizes();
+    if (comparable) {
+      mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
+    } else if (!poison_is_nan(t.scalar_type())) {
+      if (!mask.all().item<bool>()) mask.zero_();
+    }
+    return mask;
+  }
+
+  void settle(RunContext& ctx, const PhaseEvent& e) {
+    if (ctx.pass() != Pass::census || m_pending.empty()) return;
+    std::vector<Poisoned> pending = std::move(m_pending);
+    m_pending.clear();
+    std::int64_t findings = 0;
+    for (Poisoned& p : pending) {
+      if (!p.survivors.defined() || p.count == 0) continue;
+      const torch::Tensor& t = p.entry.region;
+      // Still poison after PWAL: NaN in a float dtype, else the sentinel byte.
+      torch::Tensor still = poison_is_nan(t.scalar_type())
+                                ? t.isnan().reshape({t.numel()})
+                                : element_bytes(t).eq(poison_byte(t.scalar_type())).all(1);
+      torch::Tensor mask = p.survivors.logical_and(still);
+      const std::int64_t count = mask.sum().item<std::int64_t>();
+      if (count == 0) continue;
+      const std::int64_t first = mask.nonzero()[0][0].item<std::int64_t>();
+      ++findings;
+      const std::vector<std::int64_t> index = unravel(first, t.sizes());
+      ctx.fail(name(), e, p.entry.sharded ? p.entry.live : p.entry.checkpoint,
+               fmt::format("{} still holds the poison the census wrote before {} in {} of {} "
+                           "elements (first at element {}, index [{}]) after the load and its "
+                           "PWAL: the load never wrote them (a loader that skips part of the "
+                           "tensor, a weight_loader bound to another tensor, or a shard the "
+                           "stream delivered and the model dropped)",
+                           p.entry.describe(), p.load, count, t.numel(), first,
+                           fmt::join(index, ", ")),
+               {{"tensor", p.entry.live},
+                {"checkpoint_name", p.entry.checkpoint},
+                {"load", p.load},
+                {"surviving_elements", std::to_string(count)},
+                {"elements", std::to_string(t.numel())},
+                {"first_element", std::to_string(first)},
+                {"first_index", fmt::format("[{}]", fmt::join(index, ", "))},
+                {"dtype", c10::toString(t.scalar_type())},
+                {"shape", shape_string(t.sizes())},
+                {"poison", fmt::format("0x{:02X}", poison_byte(t.scalar_type()))}});
+    }
+    ctx.measure(e, "gc/census/findings", static_cast<double>(findings), "tensors");
+  }
+
+  static std::vector<std::int64_t> unravel(std::int64_t flat, c10::IntArrayRef sizes) {
+    std::vector<std::int64_t> index(sizes.size());
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      index[d] = sizes[d] > 0 ? flat % sizes[d] : 0;
+      flat = sizes[d] > 0 ? flat / sizes[d] : 0;
+    }
+    return index;
+  }
+
+  std::vector<Poisoned> m_pending;
+};
+
+}  // namespace
+
+GRAPHCHECK_REGISTER_PROBE_IN("census",
+                             "the write census: every element a load should write is poisoned "
+                             "before it and must be overwritten (independent of the model's "
+                             "loader)",
+                             CensusProbe, ::graphcheck::Pass::census);
+
+}  // namespace graphcheck
