@@ -462,7 +462,7 @@ TEST_F(CheckpointFileTest, UnknownNameIsAMismatchNamingTensorAndSource) {
   SafetensorsWeightStream stream(path);
   const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
   EXPECT_THAT(message, HasSubstr("checkpoint '" + path + "'"));
-  EXPECT_THAT(message, HasSubstr("tensor 'v' matches no parameter or persistent buffer"));
+  EXPECT_THAT(message, HasSubstr("tensor 'v' matches no tensor of the model's checkpoint layout"));
 }
 
 TEST(CheckpointModel, ShapeMismatchNamesTensorShapesAndSource) {
@@ -627,6 +627,91 @@ TEST_F(CheckpointFileTest, SynthesizedCheckpointCoversMixedDtypesAndLoads) {
       }
     }
   }
+}
+
+// ---- checkpoint names vs live names ------------------------------------------------------
+
+// q/k/v in the checkpoint, one fused qkv live parameter (vLLM's stacked_params_mapping).
+class StackedModel : public LifecycleModel {
+ public:
+  explicit StackedModel(std::vector<CheckpointShard> mapping = {}) : m_mapping(std::move(mapping)) {
+    m_qkv = m_module.register_parameter("qkv", torch::zeros({6, 2}), false);
+    m_o = m_module.register_parameter("o", torch::zeros({2, 2}), false);
+    if (m_mapping.empty()) m_mapping = stacked_shards("qkv", 0, {{"q", 2}, {"k", 2}, {"v", 2}});
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& input) override { return input; }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::zeros({b, 2}); }
+  std::vector<CheckpointShard> checkpoint_mapping() override { return m_mapping; }
+
+  torch::nn::Module m_module;
+  torch::Tensor m_qkv, m_o;
+  std::vector<CheckpointShard> m_mapping;
+};
+
+TEST(CheckpointMapping, LayoutReplacesAFusedTensorByItsShards) {
+  StackedModel model;
+  const auto layout = checkpoint_layout(model);
+  std::vector<std::string> names;
+  for (const auto& e : layout) names.push_back(e.checkpoint);
+  EXPECT_EQ(names, (std::vector<std::string>{"q", "k", "v", "o"}));
+  EXPECT_TRUE(layout[1].sharded);
+  EXPECT_EQ(layout[1].live, "qkv");
+  EXPECT_EQ(layout[1].region.data_ptr(), static_cast<char*>(model.m_qkv.data_ptr()) + 2 * 2 * 4);
+  EXPECT_EQ(layout[1].describe(), "'k' (rows 2..3 along dim 0 of 'qkv')");
+  EXPECT_FALSE(layout[3].sharded);
+}
+
+TEST(CheckpointMapping, DefaultLoaderFillsShardsAndReportsLiveNames) {
+  StackedModel model;
+  TensorListWeightStream stream({{"q", torch::full({2, 2}, 1.0)}, {"k", torch::full({2, 2}, 2.0)},
+                                 {"v", torch::full({2, 2}, 3.0)}, {"o", torch::full({2, 2}, 4.0)}},
+                                "test stream");
+  const auto loaded = load_module_weights(model, stream);
+  EXPECT_EQ(loaded, (std::set<std::string>{"qkv", "o"}));
+  EXPECT_TRUE(torch::equal(model.m_qkv.narrow(0, 4, 2), torch::full({2, 2}, 3.0)));
+  EXPECT_TRUE(torch::equal(model.m_qkv.narrow(0, 0, 2), torch::full({2, 2}, 1.0)));
+}
+
+TEST(CheckpointMapping, SynthesizedCheckpointUsesCheckpointNames) {
+  StackedModel model;
+  std::vector<std::string> names;
+  for (const auto& t : model.synthesize_checkpoint(3)) {
+    names.push_back(t.name);
+    EXPECT_EQ(t.tensor.sizes(), (std::vector<std::int64_t>{2, 2})) << t.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"q", "k", "v", "o"}));
+}
+
+TEST(CheckpointMapping, FusedNameInACheckpointIsExplained) {
+  StackedModel model;
+  const std::string message = mismatch_of([&] {
+    TensorListWeightStream stream({{"qkv", torch::zeros({6, 2})}}, "test stream");
+    (void)load_module_weights(model, stream);
+  });
+  EXPECT_NE(message.find("fused live tensor"), std::string::npos) << message;
+  EXPECT_NE(message.find("checkpoint_mapping()"), std::string::npos) << message;
+}
+
+TEST(CheckpointMapping, BadMappingsAreConfigErrorsNamingTheShard) {
+  auto error_of = [](std::vector<CheckpointShard> mapping) {
+    StackedModel model(std::move(mapping));
+    try {
+      (void)checkpoint_layout(model);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no ConfigError";
+    return std::string();
+  };
+  EXPECT_NE(error_of({{"q", "qkv", 0, 4, 4}}).find("outside the live tensor's shape [6, 2]"), std::string::npos);
+  EXPECT_NE(error_of({{"q", "qkv", 2, 0, 1}}).find("shard 'q' of 'qkv'"), std::string::npos);
+  EXPECT_NE(error_of({{"q", "qkv", 0, 0, 3}, {"k", "qkv", 0, 2, 2}}).find("overlaps"), std::string::npos);
+  EXPECT_NE(error_of({{"q", "qkvz", 0, 0, 2}}).find("names live tensor 'qkvz'"), std::string::npos);
 }
 
 }  // namespace

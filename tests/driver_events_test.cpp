@@ -23,7 +23,6 @@ class RecordingProbe final : public Probe {
   void on_construct_begin(RunContext&, const PhaseEvent& e) override { add("construct_begin", e); }
   void on_construct_end(RunContext&, const PhaseEvent& e) override { add("construct_end", e); }
   void on_load_begin(RunContext&, const LoadEvent& e) override { add("load_begin", e); }
-  void on_init_write(RunContext&, const InitWriteEvent& e) override { add("init " + e.name); }
   void on_load_end(RunContext&, const LoadEvent& e) override {
     add(fmt::format("load_end[{} tensors]", e.loaded.size()), e);
   }
@@ -147,9 +146,10 @@ TEST(DriverEvents, BeginEventsInProbeOrderEndEventsReversed) {
   EXPECT_EQ(log, expected({"A", "B"}));
 }
 
-TEST(DriverEvents, ReferenceModelAndRerunHooksAreNotReported) {
-  // replay_diff builds model B in every compare phase, hooks re-runs PWAL after every PWAL, and
-  // every checkpoint is synthesized by a fresh model: none of their hooks may reach probes.
+TEST(DriverEvents, ReferenceModelAndOtherPassesAreNotReported) {
+  // The driver builds model B every cycle, the idempotence pass re-runs PWAL after every PWAL,
+  // the validate pass replays fresh inputs, and every checkpoint is synthesized by a fresh model:
+  // none of their hooks or events may reach a probe of the observe pass.
   std::vector<std::string> log;
   RecordingProbe probe("A", log);
   ScenarioRecord r = run_scenario(tiny_scenario({"replay_diff", "address", "hooks", "memory"}),
@@ -167,12 +167,9 @@ TEST(DriverEvents, DummyLoadSkipsLoadWeightsAndRunsPwal) {
   s.cycles.clear();
   ScenarioRecord r = run_scenario(s, options_with({&probe}));
   EXPECT_EQ(r.status, Status::passed) << r.reason;
-  const std::vector<std::string> head(log.begin() + 3, log.begin() + 14);
+  const std::vector<std::string> head(log.begin() + 3, log.begin() + 8);
   EXPECT_EQ(head, (std::vector<std::string>{
-                      "A load_begin load@0 b0", "A init layers.0.hc_attn_fn",
-                      "A init layers.0.attn_proj", "A init layers.0.norm_weight",
-                      "A init layers.0.experts.router", "A init layers.0.experts.w13",
-                      "A init layers.0.experts.w2", "A load_end[6 tensors] load@0 b0",
+                      "A load_begin load@0 b0", "A load_end[6 tensors] load@0 b0",
                       "A pwal_begin pwal@0 b0",
                       "A hook layers.0.experts finalize_mega_moe_weights in pwal@0",
                       "A hook layers.0 finalize_mhc_broadcast_weights in pwal@0"}));
@@ -268,6 +265,178 @@ TEST(DriverFailures, MutationIsScopedToTheScenario) {
   ScenarioRecord clean = run_scenario(tiny_scenario({"address", "replay_diff"}), options_with({}));
   EXPECT_EQ(clean.status, Status::passed);
   EXPECT_TRUE(clean.findings.empty());
+}
+
+}  // namespace
+}  // namespace graphcheck
+
+// ---- pass isolation -------------------------------------------------------------------------
+
+namespace graphcheck {
+namespace {
+
+// Every model call, with the instance that made it, in one log shared with a recording probe.
+std::vector<std::string> g_pass_log;
+int g_next_instance = 0;
+
+class LoggingModel final : public LifecycleModel {
+ public:
+  explicit LoggingModel(const ModelConfig&) : m_id(g_next_instance++) {
+    m_module.register_parameter("w", torch::zeros({2, 2}));
+    log("construct");
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    log("load_weights");
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override { log("pwal"); }
+  void stage_for_refit() override { log("stage_for_refit"); }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    log("forward");
+    return torch::matmul(x, m_module.named_parameters()["w"]);
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 2}, static_cast<double>(seed % 7) - 3.0);
+  }
+  std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed) override {
+    log("synthesize");
+    return LifecycleModel::synthesize_checkpoint(seed);
+  }
+
+ private:
+  void log(const std::string& what) { g_pass_log.push_back(fmt::format("model#{} {}", m_id, what)); }
+  int m_id;
+  torch::nn::Module m_module;
+};
+GRAPHCHECK_REGISTER_MODEL("test_logging", [](const ModelConfig& c) {
+  return std::make_unique<LoggingModel>(c);
+});
+
+// Records its events and checks that the observe pass gives it no control.
+class IsolationProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "isolation"; }
+  void on_scenario_begin(RunContext& ctx) override {
+    EXPECT_EQ(ctx.pass(), Pass::observe);
+    EXPECT_EQ(ctx.control(), nullptr) << "the observe pass must not hand probes model control";
+    g_pass_log.push_back("probe scenario_begin");
+  }
+  void on_construct_begin(RunContext&, const PhaseEvent& e) override { begin(e); }
+  void on_construct_end(RunContext&, const PhaseEvent& e) override { end(e); }
+  void on_load_begin(RunContext&, const LoadEvent& e) override { begin(e); }
+  void on_load_end(RunContext&, const LoadEvent& e) override { end(e); }
+  void on_pwal_begin(RunContext&, const PhaseEvent& e) override { begin(e); }
+  void on_pwal_end(RunContext&, const PhaseEvent& e) override { end(e); }
+  void on_warmup_begin(RunContext&, const PhaseEvent& e) override { begin(e); }
+  void on_warmup_end(RunContext&, const PhaseEvent& e) override { end(e); }
+  void on_capture_begin(RunContext&, const CaptureEvent& e) override { begin(e); }
+  void on_capture_end(RunContext&, const CaptureEvent& e) override { end(e); }
+  void on_replay_begin(RunContext&, const ReplayEvent& e) override { begin(e); }
+  void on_replay_end(RunContext&, const ReplayEvent& e) override { end(e); }
+  void on_compare_begin(RunContext&, const CompareEvent& e) override { begin(e); }
+  void on_compare_end(RunContext&, const CompareEvent& e) override { end(e); }
+  void on_refit_begin(RunContext&, const PhaseEvent& e) override { begin(e); }
+  void on_refit_end(RunContext&, const PhaseEvent& e) override { end(e); }
+  void on_scenario_end(RunContext&) override { g_pass_log.push_back("probe scenario_end"); }
+
+ private:
+  static void begin(const PhaseEvent& e) { g_pass_log.push_back(fmt::format("probe begin {}", to_string(e.phase))); }
+  static void end(const PhaseEvent& e) { g_pass_log.push_back(fmt::format("probe end {}", to_string(e.phase))); }
+};
+
+TEST(PassIsolation, ObserveProbesSeeOnlyModelACallsOfTheirOwnPhaseInsideWindows) {
+  g_pass_log.clear();
+  g_next_instance = 0;
+  Scenario s;
+  s.name = "isolation";
+  s.file = "isolation.yaml";
+  s.fixture = "test_logging";
+  s.batch_sizes = {1, 2};
+  s.cycles = {RefitSpec{2, {}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+  s.checks = ProbeRegistry::get().names();  // every pass runs
+  IsolationProbe probe;
+  ScenarioRecord r = run_scenario(s, options_with({&probe}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_EQ(r.passes, (std::vector<std::string>{"validate", "observe", "idempotence", "census",
+                                                "poison", "coverage"}));
+
+  // The probe saw one scenario (the observe pass) and nothing of the others.
+  EXPECT_EQ(std::count(g_pass_log.begin(), g_pass_log.end(), "probe scenario_begin"), 1);
+  const auto first = std::find(g_pass_log.begin(), g_pass_log.end(), "probe scenario_begin");
+  const auto last = std::find(g_pass_log.begin(), g_pass_log.end(), "probe scenario_end");
+  ASSERT_LT(first, last);
+
+  // Model A is the instance constructed inside the observe pass's construct window.
+  std::string a;
+  std::vector<std::string> open;  // phases whose window is open
+  const std::map<std::string, std::set<std::string>> allowed = {
+      {"construct", {"construct"}},
+      {"load", {"load_weights"}},
+      {"pwal", {"pwal"}},
+      {"warmup", {"forward"}},
+      {"capture", {"forward"}},
+      {"replay", {}},
+      {"compare", {"forward"}},
+      {"refit", {"stage_for_refit"}}};
+  int calls_in_windows = 0;
+  for (auto it = first; it != last; ++it) {
+    const std::string& line = *it;
+    if (line.rfind("probe begin ", 0) == 0) {
+      open.push_back(line.substr(12));
+      continue;
+    }
+    if (line.rfind("probe end ", 0) == 0) {
+      ASSERT_FALSE(open.empty());
+      EXPECT_EQ(open.back(), line.substr(10));
+      open.pop_back();
+      continue;
+    }
+    if (line.rfind("model#", 0) != 0) continue;
+    const std::string instance = line.substr(0, line.find(' '));
+    const std::string call = line.substr(line.find(' ') + 1);
+    if (open.empty()) {
+      // Between windows: the driver's own work (model B, checkpoint synthesis), never model A.
+      EXPECT_NE(instance, a) << "model A called outside every window: " << line;
+      continue;
+    }
+    if (open.back() == "construct" && call == "construct" && a.empty()) a = instance;
+    EXPECT_EQ(instance, a) << "another instance called inside the " << open.back() << " window: " << line;
+    EXPECT_TRUE(allowed.at(open.back()).count(call)) << line << " inside the " << open.back() << " window";
+    ++calls_in_windows;
+  }
+  EXPECT_TRUE(open.empty());
+  EXPECT_FALSE(a.empty());
+  EXPECT_GT(calls_in_windows, 10);
+  // The other passes did run, each on instances of their own.
+  std::set<std::string> instances;
+  for (const auto& line : g_pass_log) {
+    if (line.rfind("model#", 0) == 0) instances.insert(line.substr(0, line.find(' ')));
+  }
+  EXPECT_GT(instances.size(), 6u);
+}
+
+TEST(PassIsolation, FindingsNameTheirPassAndARebindShowsAFiniteStaleDifference) {
+  RunOptions o = options_with({});
+  o.mutations = {"mhc.rebind_broadcast"};
+  Scenario s = tiny_scenario(ProbeRegistry::get().names());
+  ScenarioRecord r = run_scenario(s, o);
+  EXPECT_EQ(r.status, Status::failed);
+  std::map<std::string, std::set<std::string>> passes_of;
+  for (const auto& f : r.findings) passes_of[f.probe].insert(f.pass);
+  EXPECT_EQ(passes_of["replay_diff"], (std::set<std::string>{"observe"}));
+  EXPECT_EQ(passes_of["address"], (std::set<std::string>{"observe"}));
+  EXPECT_EQ(passes_of["poison"], (std::set<std::string>{"poison"}));
+  EXPECT_EQ(passes_of["coverage"], (std::set<std::string>{"coverage"}));
+  int replay_findings = 0;
+  for (const auto& f : r.findings) {
+    if (f.probe != "replay_diff" || f.subject != "replay vs eager(A)") continue;
+    ++replay_findings;
+    for (const auto& [k, v] : f.evidence) {
+      if (k == "max_abs") EXPECT_TRUE(std::isfinite(std::stod(v))) << "poison leaked into replay_diff: " << v;
+    }
+  }
+  EXPECT_GT(replay_findings, 0);
 }
 
 }  // namespace

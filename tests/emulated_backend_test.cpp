@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "address_index.h"
 #include "backends/emulated_backend.h"
 #include "graphcheck/backend.h"
 #include "graphcheck/model.h"
@@ -64,12 +65,15 @@ class EmulatedBackendTest : public ::testing::Test {
 
   std::unique_ptr<CapturedGraph> capture() {
     m_model.forward(m_input);  // warm-up
-    return m_backend->capture(m_model, m_input, m_input.size(0));
+    return m_backend->capture(m_model, {m_input}, m_input.size(0));
   }
   torch::Tensor replay(CapturedGraph& graph) {
-    graph.static_input().copy_(m_input);
+    graph.static_inputs().at(0).copy_(m_input);
     graph.replay();
-    return graph.static_output().clone();
+    return graph.static_outputs().at(0).clone();
+  }
+  std::vector<ResolvedRead> reads(const CapturedGraph& graph) {
+    return resolve_reads(graph.reads(), AddressIndex(live_tensors(m_model)));
   }
   torch::Tensor w() { return m_model.m_module->named_parameters(false)["w"]; }
 };
@@ -113,51 +117,113 @@ TEST_F(EmulatedBackendTest, ReplacingARegisteredParameterIsInvisibleToReplay) {
   EXPECT_FALSE(torch::equal(replay(*graph), m_model.forward(m_input)));
 }
 
-TEST_F(EmulatedBackendTest, ReadSetNamesEveryDeclaredTensorWithItsAddress) {
+TEST_F(EmulatedBackendTest, ReadsResolveToEveryDeclaredTensorWithItsAddress) {
   auto graph = capture();
-  std::map<std::string, const ReadSetEntry*> by_name;
-  for (const auto& e : graph->read_set()) by_name[e.name] = &e;
+  EXPECT_TRUE(m_backend->keeps_storages_alive());
+  const auto resolved = reads(*graph);
+  std::map<std::string, const ResolvedRead*> by_name;
+  for (const auto& r : resolved) by_name[r.name] = &r;
   ASSERT_EQ(by_name.size(), 3u) << "expected w, bias and derived";
   ASSERT_TRUE(by_name.count("w") && by_name.count("bias") && by_name.count("derived"));
-  EXPECT_EQ(by_name["w"]->address, w().data_ptr());
-  EXPECT_EQ(by_name["w"]->sizes, (std::vector<std::int64_t>{4, 4}));
-  EXPECT_EQ(by_name["w"]->dtype, torch::kFloat32);
-  EXPECT_FALSE(by_name["w"]->is_view);
-  EXPECT_EQ(by_name["derived"]->address, m_model.m_derived.data_ptr());
+  EXPECT_EQ(by_name["w"]->read.address, w().data_ptr());
+  EXPECT_EQ(by_name["w"]->read.bytes, 16u * sizeof(float));
+  EXPECT_EQ(by_name["w"]->read.sizes, (std::vector<std::int64_t>{4, 4}));
+  EXPECT_EQ(by_name["w"]->read.dtype, torch::kFloat32);
+  EXPECT_TRUE(by_name["w"]->whole);
+  EXPECT_EQ(by_name["w"]->offset, 0);
+  EXPECT_EQ(by_name["derived"]->read.address, m_model.m_derived.data_ptr());
   EXPECT_EQ(graph->batch_size(), 3);
 }
 
-TEST_F(EmulatedBackendTest, ReadSetKeepsTheCapturedStorageAfterRebinding) {
+TEST_F(EmulatedBackendTest, ReadsHoldTheCapturedStorageAfterRebinding) {
   auto graph = capture();
   const void* old_address = m_model.m_derived.data_ptr();
+  const auto before = reads(*graph);
   m_model.m_derived = torch::randn({4});
-  for (const auto& e : graph->read_set()) {
-    if (e.name == "derived") {
-      EXPECT_EQ(e.storage.data(), old_address);
-    }
+  int found = 0;
+  for (const auto& r : before) {
+    if (r.name != "derived") continue;
+    ++found;
+    ASSERT_TRUE(r.read.held);
+    EXPECT_EQ(r.read.held.data(), old_address);
+    // Resolved again now: nothing live covers the old range (orphaned).
+    EXPECT_FALSE(AddressIndex(live_tensors(m_model)).resolve(r.read.address, r.read.bytes));
   }
+  EXPECT_EQ(found, 1);
 }
 
-TEST_F(EmulatedBackendTest, UndeclaredTensorStaysUnnamed) {
+TEST_F(EmulatedBackendTest, UndeclaredTensorStaysUnresolved) {
   m_model.m_read_undeclared = true;
   auto graph = capture();
   int unnamed = 0;
-  for (const auto& e : graph->read_set()) unnamed += e.name.empty();
+  for (const auto& r : reads(*graph)) unnamed += r.name.empty();
   EXPECT_EQ(unnamed, 1);
 }
 
-TEST_F(EmulatedBackendTest, ViewOfADeclaredTensorIsNamedAsAView) {
+TEST_F(EmulatedBackendTest, ViewOfADeclaredTensorResolvesIntoIt) {
   m_model.m_w_view = w().t();
   m_model.m_read_view = true;
   auto graph = capture();
   int views = 0;
-  for (const auto& e : graph->read_set()) {
-    if (e.is_view) {
+  for (const auto& r : reads(*graph)) {
+    if (r.name == "w" && r.read.strides != std::vector<std::int64_t>{4, 1}) {
       ++views;
-      EXPECT_EQ(e.name, "w");
+      EXPECT_EQ(r.offset, 0);
+      EXPECT_TRUE(r.whole);  // a transpose covers the same bytes
     }
   }
   EXPECT_EQ(views, 1);
+}
+
+TEST_F(EmulatedBackendTest, DataPtrReadIsInvisibleToTheTracerButNotToFreshInputs) {
+  // A branch on a value read through data_ptr() calls no op: the capture succeeds with the branch
+  // taken at capture frozen in, and only a replay on an input that takes the other branch shows it.
+  class Branchy : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      const float first = x.contiguous().data_ptr<float>()[0];
+      return first > 0 ? x * 2 : x * -3;
+    }
+  } model;
+  torch::Tensor positive = torch::ones({2, 4});
+  auto graph = m_backend->capture(model, {positive}, 2);
+  graph->static_inputs()[0].copy_(-positive);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(graph->static_outputs()[0], -positive * 2));  // frozen branch
+  EXPECT_FALSE(torch::equal(graph->static_outputs()[0], model.forward(-positive)));
+}
+
+TEST_F(EmulatedBackendTest, SeveralInputsAndOutputs) {
+  class TwoWay : public TinyModel {
+   public:
+    TensorList forward_all(const TensorList& in) override {
+      torch::Tensor w = m_module->named_parameters(false)["w"];
+      return {torch::matmul(in[0], w) + in[1], in[0].sum(1)};
+    }
+  } model;
+  TensorList inputs = {torch::randn({2, 4}), torch::randn({2, 4})};
+  auto graph = m_backend->capture(model, inputs, 2);
+  ASSERT_EQ(graph->static_inputs().size(), 2u);
+  ASSERT_EQ(graph->static_outputs().size(), 2u);
+  TensorList fresh = {torch::randn({2, 4}), torch::randn({2, 4})};
+  for (int i = 0; i < 2; ++i) graph->static_inputs()[i].copy_(fresh[i]);
+  graph->replay();
+  const TensorList eager = model.forward_all(fresh);
+  EXPECT_TRUE(torch::equal(graph->static_outputs()[0], eager[0]));
+  EXPECT_TRUE(torch::equal(graph->static_outputs()[1], eager[1]));
+}
+
+TEST_F(EmulatedBackendTest, WiderHostSyncOpsAreNotCapturable) {
+  class Masked : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override { return x.masked_select(x > 0).sum() + x; }
+  } model;
+  try {
+    (void)m_backend->capture(model, {torch::randn({2, 4})}, 2);
+    FAIL() << "masked_select reads data to the host on CUDA";
+  } catch (const NotCapturable& e) {
+    EXPECT_NE(std::string(e.what()).find("aten::masked_select"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(EmulatedBackendTest, HostSyncIsNotCapturable) {
@@ -178,7 +244,15 @@ TEST_F(EmulatedBackendTest, UnknownBackendNamesTheChoices) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("auto, emulated or cuda"), std::string::npos);
   }
-  EXPECT_EQ(make_backend("auto")->name(), "emulated");
+  const BackendChoice choice = make_backend("auto");
+  EXPECT_EQ(choice.backend->name(), "emulated");
+  EXPECT_NE(choice.reason.find("auto:"), std::string::npos) << choice.reason;
+  try {
+    (void)make_backend("cuda");
+    FAIL() << "the cuda backend is not built";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("use --backend emulated"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "address_index.h"
 #include "backends/emulated_backend.h"
 #include "graphcheck/model.h"
 #include "quant_ops.h"
@@ -149,14 +150,14 @@ TEST(QuantOpsCapture, EmulatedBackendReplaysTheCustomOpAndSeesScaleUpdates) {
   Fp8Model model;
   auto backend = make_emulated_backend();
   torch::Tensor x = torch::randn({2, 32});
-  auto graph = backend->capture(model, x, x.size(0));
+  auto graph = backend->capture(model, {x}, x.size(0));
   std::set<std::string> names;
-  for (const auto& e : graph->read_set()) names.insert(e.name);
+  for (const auto& r : resolve_reads(graph->reads(), AddressIndex(live_tensors(model)))) names.insert(r.name);
   EXPECT_EQ(names, (std::set<std::string>{"weight", "weight_scale_inv"}));
   model.m_s.mul_(2);  // in place: replay must see it
-  graph->static_input().copy_(x);
+  graph->static_inputs()[0].copy_(x);
   graph->replay();
-  EXPECT_TRUE(torch::allclose(graph->static_output(), model.forward(x)));
+  EXPECT_TRUE(torch::allclose(graph->static_outputs()[0], model.forward(x)));
 }
 
 // Every op has a CPU kernel, and a CUDA kernel wherever nvcc compiled the .cu files, so that on a

@@ -108,6 +108,18 @@ TEST(DummyLoad, InitialisesEachTensorOnceHonoursConstantsSkipsNonPersistent) {
   EXPECT_LE(w.abs().max().item<float>(), 1e-3f);
 }
 
+// init_count counts what it observes: every in-place fill bumps the tensor's version counter once.
+TEST(DummyLoad, EachFillBumpsTheVersionCounterExactlyOnce) {
+  DummyModel model;
+  std::map<std::string, std::int64_t> before;
+  for (const auto& t : live_tensors(model)) before[t.name] = static_cast<std::int64_t>(t.tensor._version());
+  model.load_dummy_weights(7);  // the default: graphcheck's loader
+  for (const auto& t : live_tensors(model)) {
+    const std::int64_t writes = static_cast<std::int64_t>(t.tensor._version()) - before[t.name];
+    EXPECT_EQ(writes, t.name == "inner.cache" ? 0 : 1) << t.name;
+  }
+}
+
 TEST(DummyLoad, DeterministicInTheSeed) {
   DummyModel a, b, c;
   dummy_load(a, 7);

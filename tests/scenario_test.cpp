@@ -210,7 +210,7 @@ TEST(ScenarioRepoFileTest, DsV4MhcRefitParsesWithTheDefaultCatalog) {
   EXPECT_EQ(s.checks, catalog.probes);  // checks: all
   ASSERT_EQ(s.mutations.count("mhc.rebind_broadcast"), 1u);
   EXPECT_THAT(s.mutations.at("mhc.rebind_broadcast"),
-              ElementsAre("address", "replay_diff", "hooks", "poison"));
+              ElementsAre("address", "replay_diff", "hooks", "poison", "coverage"));
 }
 
 TEST(ScenarioRepoFileTest, EveryShippedScenarioParsesWithTheDefaultCatalog) {

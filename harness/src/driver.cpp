@@ -233,6 +233,17 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const override {
     return m_model ? m_model->tensor_attributes().find(tensor) : nullptr;
   }
+  [[nodiscard]] std::map<std::string, std::string> tensor_kinds() override {
+    std::map<std::string, std::string> kinds;
+    if (!m_model) return kinds;
+    for (const auto& t : m_model->extra_tensors()) kinds[t.name] = "extra tensor";
+    for (const auto& item : m_model->module().named_buffers(true)) {
+      const TensorAttrs* a = m_model->tensor_attributes().find(item.value());
+      kinds[item.key()] = a && !a->persistent ? "non-persistent buffer" : "persistent buffer";
+    }
+    for (const auto& item : m_model->module().named_parameters(true)) kinds[item.key()] = "parameter";
+    return kinds;
+  }
   [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
     return m_model ? m_model->expected_hooks() : std::vector<ExpectedHook>{};
   }
@@ -434,10 +445,7 @@ class Driver final : public HookSink {
   }
   void add_measurement(Measurement m, Pass pass, Phase phase) {
     if (m.phase.empty()) m.phase = to_string(phase);
-    if (pass != Pass::observe && m.tag.rfind("gc/", 0) == 0) {
-      // Measurements of other passes say so in their tag: gc/<pass>/...
-      m.tag = fmt::format("gc/{}/{}", to_string(pass), m.tag.substr(3));
-    }
+    if (m.pass.empty()) m.pass = to_string(pass);
     m_record.measurements.push_back(std::move(m));
   }
 
@@ -736,10 +744,11 @@ void PassRun::lifecycle() {
     const RefitSpec& spec = s.cycles[k];
     m_cycle = static_cast<int>(k) + 1;
     m_phase = Phase::refit;
-    PhaseEvent e = event(Phase::refit);
-    begin(&Probe::on_refit_begin, e);
+    // Synthesized before the window opens: the harness's work, not the model's.
     const std::string path = m_driver.checkpoint_for(spec.seed + (m_driver.seed() - s.seed), *this,
                                                      [&] { return construct_quiet("checkpoint synthesis"); });
+    PhaseEvent e = event(Phase::refit);
+    begin(&Probe::on_refit_begin, e);
     // The loader stages once per refit, before the first bucket (DESIGN §1.4).
     call_model(Phase::refit, "stage_for_refit()", [&] {
       torch::NoGradGuard no_grad;
@@ -913,12 +922,12 @@ void PassRun::replay_all() {
     c.graph = &m_views[i];
     c.inputs = inputs;
     for (const auto& t : r.replay_outputs) c.replay_outputs.push_back(t.clone());
+    if (m_pass == Pass::observe) c.reference_outputs = reference_forward(inputs);  // outside windows
     begin(&Probe::on_compare_begin, c);
     c.eager_outputs = eager(inputs);
     {
       HarnessTime t(m_harness_seconds);
       UncountedScope uncounted;
-      if (m_pass == Pass::observe) c.reference_outputs = reference_forward(inputs);
       c.noise_floor = noise_floor(b);
       double magnitude = 0;
       c10::ScalarType dtype = c10::ScalarType::Float;

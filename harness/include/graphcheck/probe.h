@@ -153,6 +153,9 @@ class RunContext {
   [[nodiscard]] virtual std::vector<NamedTensor> checkpoint_tensors() = 0;
   [[nodiscard]] virtual std::vector<CheckpointEntry> checkpoint_layout() = 0;
   [[nodiscard]] virtual const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const = 0;
+  // What each live tensor of model A is, by name: "parameter", "persistent buffer",
+  // "non-persistent buffer" or "extra tensor" (extra_tensors()).
+  [[nodiscard]] virtual std::map<std::string, std::string> tensor_kinds() = 0;
   [[nodiscard]] virtual std::vector<ExpectedHook> expected_hooks() const = 0;
   // Every module path of model A: "(model)", "(root)", then module()'s submodules ("layers.0").
   [[nodiscard]] virtual std::vector<std::string> module_paths() = 0;

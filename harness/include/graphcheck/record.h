@@ -43,6 +43,7 @@ struct Measurement {
   std::string phase;
   int cycle = 0;
   std::int64_t batch_size = 0;
+  std::string pass;  // the pass it was measured in ("observe", "census", ...)
 };
 
 struct ScenarioRecord {

@@ -80,14 +80,6 @@ std::string shapes(const TensorList& list) {
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
-std::string tensor_kind(const std::string& name, const std::set<std::string>& params,
-                        const std::set<std::string>& persistent, const std::set<std::string>& buffers) {
-  if (params.count(name)) return "parameter";
-  if (persistent.count(name)) return "persistent buffer";
-  if (buffers.count(name)) return "non-persistent buffer";
-  return "extra tensor";
-}
-
 class ReplayDiffProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "replay_diff"; }
@@ -218,8 +210,7 @@ class ReplayDiffProbe final : public EmptyProbe {
       for (const GraphView& g : ctx.graphs()) {
         for (const auto& r : g.reads) read.insert(r.name);
       }
-      std::set<std::string> params, persistent, buffers;
-      for (const auto& t : ctx.checkpoint_tensors()) persistent.insert(t.name);
+      const std::map<std::string, std::string> kinds = ctx.tensor_kinds();
       std::map<std::string, torch::Tensor> b_tensors;
       for (auto& t : ctx.reference_tensors()) b_tensors.emplace(t.name, t.tensor);
       struct Item {
@@ -230,16 +221,12 @@ class ReplayDiffProbe final : public EmptyProbe {
       std::vector<Item> items;
       std::set<std::string> seen;
       const auto a_tensors = ctx.live_tensors();
-      // live_tensors(): parameters first, then buffers, then extra_tensors().
-      for (const auto& t : a_tensors) {
-        if (!t.tensor.defined()) continue;
-        if (t.tensor.is_leaf() && t.tensor.requires_grad()) params.insert(t.name);
-      }
       for (const auto& t : a_tensors) {
         if (!seen.insert(t.name).second) continue;
         const torch::Tensor& a = t.tensor;
         auto it = b_tensors.find(t.name);
-        const std::string kind = tensor_kind(t.name, params, persistent, buffers);
+        const auto kind_it = kinds.find(t.name);
+        const std::string kind = kind_it == kinds.end() ? "extra tensor" : kind_it->second;
         std::string what;
         double max_abs = 0;
         if (it == b_tensors.end() || !it->second.defined() || !a.defined()) {

@@ -56,7 +56,8 @@ std::string json_report(const RunRecord& run) {
                               {"unit", m.unit},
                               {"phase", m.phase},
                               {"cycle", m.cycle},
-                              {"batch_size", m.batch_size}});
+                              {"batch_size", m.batch_size},
+                              {"pass", m.pass}});
     }
     s["measurements"] = std::move(measurements);
     scenarios.push_back(std::move(s));
