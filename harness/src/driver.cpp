@@ -1049,6 +1049,11 @@ std::string PassRun::module_path(const void* module) {
 
 }  // namespace
 
+int set_intra_op_threads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+  return at::get_num_threads();
+}
+
 ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,
                             ProgressListener* progress) {
   try {

@@ -53,6 +53,7 @@ struct RunArgs {
   std::string json;
   std::string junit;
   bool verbose = false;
+  int threads = 1;
 };
 
 std::vector<gc::Scenario> load_scenarios(const std::vector<std::string>& paths, bool& ok) {
@@ -129,6 +130,8 @@ int cmd_run(const RunArgs& args) {
   gc::RunRecord run;
   run.tool_version = GRAPHCHECK_VERSION;
   run.started_at = now_iso8601();
+  run.threads = gc::set_intra_op_threads(args.threads);
+  fmt::print("libtorch intra-op threads: {}\n", run.threads);
   const auto start = std::chrono::steady_clock::now();
   int runnable = 0;
   for (std::size_t i = 0; i < scenarios.size(); ++i) {
@@ -200,6 +203,7 @@ int cmd_run(const RunArgs& args) {
 // ---- mutants ------------------------------------------------------------------------------
 
 struct MutantsArgs {
+  int threads = 1;
   std::vector<std::string> paths;
   std::string backend = "auto";
   std::string report_dir = "reports/out";
@@ -218,6 +222,7 @@ int cmd_mutants(const MutantsArgs& args) {
   gc::RunRecord run;
   run.tool_version = GRAPHCHECK_VERSION;
   run.started_at = now_iso8601();
+  run.threads = gc::set_intra_op_threads(args.threads);
   const auto start = std::chrono::steady_clock::now();
   int problems = 0;
   std::set<std::string> declared_anywhere;
@@ -448,6 +453,12 @@ int main(int argc, char** argv) {
   run->add_option("--json", run_args.json, "JSON report path (default REPORT_DIR/graphcheck.json)");
   run->add_option("--junit", run_args.junit, "JUnit XML path (default REPORT_DIR/junit.xml)");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
+  run->add_option("--threads", run_args.threads,
+                  "libtorch intra-op threads (0: libtorch's default, one per core). The default 1 "
+                  "suits a shared CI machine: the scenarios are small, and threads that outnumber "
+                  "free cores make them several times slower")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
 
   MutantsArgs mutants_args;
   CLI::App* mutants = app.add_subcommand(
@@ -458,6 +469,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
   mutants->add_option("--report-dir", mutants_args.report_dir, "Where mutants.json goes")
       ->capture_default_str();
+  mutants->add_option("--threads", mutants_args.threads,
+                      "libtorch intra-op threads (0: libtorch's default); see run --threads")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
 
   std::vector<std::string> list_paths;
   CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");

@@ -43,6 +43,10 @@ struct RunOptions {
 [[nodiscard]] ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,
                                           ProgressListener* progress = nullptr);
 
+// Caps libtorch's intra-op threads for this process (at::set_num_threads) and returns the number
+// now in force. On a shared CI machine one thread per process is fastest (see --threads).
+int set_intra_op_threads(int threads);
+
 // Fixtures, probes and mutations known to this binary.
 [[nodiscard]] ScenarioCatalog default_catalog();
 

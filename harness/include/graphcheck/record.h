@@ -70,6 +70,7 @@ struct ScenarioRecord {
 struct RunRecord {
   std::string tool_version;
   std::string started_at;  // ISO 8601 UTC
+  int threads = 0;         // libtorch intra-op threads the run used
   std::vector<ScenarioRecord> scenarios;
   double seconds = 0;
 

@@ -9,6 +9,12 @@
 // next step begins, if none runs) those that still hold it are a finding naming the tensor, the
 // count, the first element and the load.
 //
+// A name the loader rebinds to a new tensor instead of writing the poisoned memory is left out
+// (gc/census/rebound_by_loader): nothing reads that memory any more, and after a capture the
+// address probe judges the rebinding. A live tensor larger than its checkpoint tensor (a padded
+// vocabulary) declares the checkpoint's part as a shard of itself in checkpoint_mapping(), so
+// that only that part is expected to be written.
+//
 // Survivors: the poison is NaN in every float dtype (poison.h). Dtypes without NaN hold a sentinel
 // byte that a legitimate value can equal, so an element counts only where the expected value
 // (the streamed tensor, or a declared dummy_weight_value) differs from it; without an expected
@@ -65,6 +71,9 @@ class CensusProbe final : public EmptyProbe {
       ++tensors;
       bytes += static_cast<std::int64_t>(t.nbytes());
       p.entry = std::move(entry);
+      // The memory poisoned, not the tensor object: a PWAL that frees or rebinds the parameter
+      // (set_data) must not change what is checked.
+      p.entry.region = p.entry.region.detach();
       m_pending.push_back(std::move(p));
     }
     ctx.measure(e, "gc/census/poisoned_tensors", static_cast<double>(tensors), "tensors");
@@ -75,9 +84,23 @@ class CensusProbe final : public EmptyProbe {
     if (ctx.pass() != Pass::census) return;
     std::map<std::string, const torch::Tensor*> streamed;
     for (const auto& item : e.streamed) streamed[item.name] = &item.tensor;
+    std::map<std::string, torch::Tensor> now;
+    for (auto& entry : ctx.checkpoint_layout()) now.emplace(entry.checkpoint, entry.region);
+    std::int64_t rebound = 0;
     for (Poisoned& p : m_pending) {
       if (p.survivors.defined() || p.load != describe(e)) continue;
       const torch::Tensor& t = p.entry.region;
+      // A loader that rebinds the name to the loaded tensor (set_data, or a new parameter)
+      // wrote nothing into the poisoned memory, and needs not: nothing reads it any more. Before
+      // a capture that is legitimate; after one, the address probe judges it.
+      auto it = now.find(p.entry.checkpoint);
+      if (it == now.end() || !it->second.defined() || !it->second.has_storage() ||
+          it->second.data_ptr() != t.data_ptr()) {
+        p.survivors = torch::zeros({t.numel()}, torch::kBool);
+        p.count = 0;
+        ++rebound;
+        continue;
+      }
       torch::Tensor expected;
       auto it = streamed.find(p.entry.checkpoint);
       if (it != streamed.end()) {
@@ -89,6 +112,7 @@ class CensusProbe final : public EmptyProbe {
       p.count = s.count;
       p.survivors = survivor_mask(t, expected);
     }
+    if (rebound > 0) ctx.measure(e, "gc/census/rebound_by_loader", static_cast<double>(rebound), "tensors");
   }
 
   // After the load's PWAL, or when the next step begins if no PWAL ran.

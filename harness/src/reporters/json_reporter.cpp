@@ -11,6 +11,7 @@ std::string json_report(const RunRecord& run) {
   doc["tool"] = "graphcheck";
   doc["tool_version"] = run.tool_version;
   doc["started_at"] = run.started_at;
+  doc["threads"] = run.threads;
   doc["seconds"] = run.seconds;
   doc["exit_code"] = run.exit_code();
   doc["summary"] = {{"total", run.scenarios.size()},
