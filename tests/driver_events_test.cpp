@@ -9,6 +9,7 @@
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
+#include "graphcheck/reporter.h"
 #include "graphcheck_test_config.h"
 
 namespace graphcheck {
@@ -522,6 +523,88 @@ TEST(WriteCensus, ADummyLoaderThatSkipsATensorIsNamed) {
       << by_probe["census"];
   EXPECT_NE(by_probe["init_count"].find("tensor 'w2' was written 0 times"), std::string::npos)
       << by_probe["init_count"];
+}
+
+}  // namespace
+}  // namespace graphcheck
+
+// ---- verdicts as data -----------------------------------------------------------------------
+
+namespace graphcheck {
+namespace {
+
+Finding finding_of(std::string probe, std::string pass) {
+  Finding f;
+  f.probe = std::move(probe);
+  f.pass = std::move(pass);
+  f.subject = "x";
+  f.message = "y";
+  return f;
+}
+
+TEST(MutationVerdicts, CreditOnlyFromTheProbesOwnPassesAndNetOfTheCleanRun) {
+  ScenarioRecord r;
+  r.name = "s";
+  r.expected_catches = {{"m", {"poison", "replay_diff", "address"}}};
+  r.findings = {finding_of("poison", "observe"),       // not a pass poison runs in
+                finding_of("replay_diff", "validate"),  // one of replay_diff's passes
+                finding_of("address", "observe"), finding_of("driver", "census")};
+  MutationVerdict v = judge_mutation(r, "m", /*clean_failed=*/{"address"});
+  EXPECT_TRUE(v.declared);
+  EXPECT_EQ(v.caught, (std::map<std::string, std::string>{{"replay_diff", "validate"}, {"driver", "census"}}));
+  EXPECT_EQ(v.missed, (std::vector<std::string>{"poison", "address"}));
+  EXPECT_FALSE(v.ok());
+  EXPECT_EQ(verdict_line(r, v),
+            "mutation m on s: NOT caught by declared probe(s) poison, address [driver: census pass; "
+            "replay_diff: validate pass]");
+}
+
+TEST(MutationVerdicts, EveryRunWithAMutationCarriesItsVerdictInEveryReport) {
+  RunOptions o = options_with({});
+  o.mutations = {"mhc.rebind_broadcast"};
+  Scenario s = tiny_scenario({"address", "replay_diff"});
+  s.mutations = {{"mhc.rebind_broadcast", {"address", "replay_diff"}}};
+  RunRecord run;
+  run.scenarios.push_back(run_scenario(s, o));
+  ASSERT_EQ(run.scenarios[0].verdicts.size(), 1u);
+  EXPECT_TRUE(run.scenarios[0].verdicts[0].ok());
+  EXPECT_EQ(run.scenarios[0].verdicts[0].caught.at("address"), "observe");
+  const std::string json = json_report(run);
+  EXPECT_NE(json.find("\"verdicts\""), std::string::npos);
+  EXPECT_NE(json.find("\"mutation\": \"mhc.rebind_broadcast\""), std::string::npos);
+  const std::string junit = junit_report(run);
+  EXPECT_NE(junit.find("mutation_verdict"), std::string::npos);
+  EXPECT_NE(junit.find("caught by address, replay_diff"), std::string::npos) << junit;
+}
+
+TEST(KillMatrix, RowsAreDataInJsonAndJunit) {
+  KillMatrix m;
+  m.probes = {"address", "census"};
+  ScenarioRecord clean;
+  clean.name = "s";
+  KillMatrixRow clean_row = kill_matrix_row(m, clean, "", {});
+  EXPECT_EQ(clean_row.verdict, "ok");
+  ScenarioRecord mutated;
+  mutated.name = "s";
+  mutated.status = Status::failed;
+  mutated.expected_catches = {{"m", {"address", "census"}}};
+  mutated.findings = {finding_of("census", "census")};
+  mutated.verdicts = {judge_mutation(mutated, "m")};
+  KillMatrixRow row = kill_matrix_row(m, mutated, "m", {});
+  EXPECT_EQ(row.cells.at("census"), "KILLED:census");
+  EXPECT_EQ(row.cells.at("address"), "MISSED");
+  EXPECT_EQ(row.verdict, "FAIL: not caught by address");
+  EXPECT_NE(kill_matrix_line(m, row).find("     census"), std::string::npos);
+  m.rows = {clean_row, row};
+  m.problems = {"s m: FAIL: not caught by address"};
+  RunRecord run;
+  run.kill_matrix = m;
+  const std::string json = json_report(run);
+  EXPECT_NE(json.find("\"kill_matrix\""), std::string::npos);
+  EXPECT_NE(json.find("\"census\": \"KILLED:census\""), std::string::npos) << json;
+  const std::string junit = junit_report(run);
+  EXPECT_NE(junit.find("<testsuite name=\"kill matrix\" tests=\"2\" failures=\"1\">"), std::string::npos) << junit;
+  EXPECT_NE(junit.find("FAIL: not caught by address"), std::string::npos);
 }
 
 }  // namespace

@@ -427,6 +427,11 @@ class Driver final : public HookSink {
     if (m_record.status == Status::passed && !m_record.findings.empty()) {
       m_record.status = Status::failed;
     }
+    if (m_record.status == Status::passed || m_record.status == Status::failed) {
+      for (const auto& mutation : m_options.mutations) {
+        m_record.verdicts.push_back(judge_mutation(m_record, mutation));
+      }
+    }
     m_record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return std::move(m_record);
   }
@@ -1048,6 +1053,28 @@ std::string PassRun::module_path(const void* module) {
 }
 
 }  // namespace
+
+MutationVerdict judge_mutation(const ScenarioRecord& record, const std::string& mutation,
+                               const std::set<std::string>& clean_failed) {
+  MutationVerdict v;
+  v.mutation = mutation;
+  auto declared = record.expected_catches.find(mutation);
+  v.declared = declared != record.expected_catches.end();
+  if (v.declared) v.expected = declared->second;
+  for (const Finding& f : record.findings) {
+    if (clean_failed.count(f.probe) || v.caught.count(f.probe)) continue;
+    const ProbeRegistry::Entry* entry = ProbeRegistry::get().find(f.probe);
+    bool own = entry == nullptr;  // "driver": the lifecycle itself failed
+    if (entry) {
+      for (Pass p : entry->passes) own = own || f.pass == to_string(p);
+    }
+    if (own) v.caught[f.probe] = f.pass;
+  }
+  for (const auto& p : v.expected) {
+    if (!v.caught.count(p)) v.missed.push_back(p);
+  }
+  return v;
+}
 
 int set_intra_op_threads(int threads) {
   if (threads > 0) at::set_num_threads(threads);

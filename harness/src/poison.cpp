@@ -16,6 +16,12 @@ std::uint8_t poison_byte(c10::ScalarType dtype) {
 
 bool poison_is_nan(c10::ScalarType dtype) { return c10::isFloatingType(dtype); }
 
+namespace {
+bool comparable(const torch::Tensor& t, const torch::Tensor& expected) {
+  return expected.defined() && expected.scalar_type() == t.scalar_type() && expected.sizes() == t.sizes();
+}
+}  // namespace
+
 torch::Tensor element_bytes(const torch::Tensor& t) {
   torch::Tensor c = t.contiguous().reshape({t.numel()});
   return c.view(torch::kUInt8).reshape({t.numel(), static_cast<std::int64_t>(c.element_size())});
@@ -41,23 +47,30 @@ void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
   bytes.fill_(byte);
 }
 
+torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected) {
+  if (t.numel() == 0) return torch::zeros({0}, torch::kBool);
+  const std::uint8_t byte = poison_byte(t.scalar_type());
+  torch::Tensor mask = element_bytes(t).eq(byte).all(1);
+  if (comparable(t, expected)) {
+    // Where the expected value itself is the pattern, holding it is no evidence.
+    mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
+  } else if (!poison_is_nan(t.scalar_type())) {
+    // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
+    if (!mask.all().item<bool>()) mask.zero_();
+  }
+  return mask;
+}
+
 Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected) {
   Survivors s;
   s.elements = t.numel();
   if (s.elements == 0) return s;
-  const std::uint8_t byte = poison_byte(t.scalar_type());
-  torch::Tensor mask = element_bytes(t).eq(byte).all(1);
-  const bool comparable = expected.defined() && expected.scalar_type() == t.scalar_type() &&
-                          expected.sizes() == t.sizes();
-  if (comparable) {
-    // Where the expected value itself is the pattern, holding it is no evidence.
-    mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
+  const torch::Tensor mask = survivor_mask(t, expected);
+  if (comparable(t, expected)) {
     s.basis = "elements holding the poison where the expected value does not";
   } else if (poison_is_nan(t.scalar_type())) {
     s.basis = "elements holding the poison pattern (NaN)";
   } else {
-    // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
-    if (!mask.all().item<bool>()) mask.zero_();
     s.basis = "no expected value to compare with: counted only when every element kept the sentinel";
   }
   s.count = mask.sum().item<std::int64_t>();

@@ -38,5 +38,7 @@ struct Survivors {
 // expected value is itself the pattern never count. Without one, a NaN dtype counts every pattern
 // element; a dtype without NaN counts only when every element kept the sentinel.
 [[nodiscard]] Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected);
+// The same rule as a bool mask over the elements of `t` (flattened).
+[[nodiscard]] torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected);
 
 }  // namespace graphcheck

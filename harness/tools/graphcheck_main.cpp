@@ -84,6 +84,34 @@ std::vector<gc::Scenario> load_scenarios(const std::vector<std::string>& paths, 
   return scenarios;
 }
 
+// Keeps the scenarios whose name matches the glob; false (after saying so) when none does.
+bool filter_scenarios(std::vector<gc::Scenario>& scenarios, const std::string& filter) {
+  if (filter.empty()) return true;
+  std::vector<gc::Scenario> kept;
+  for (auto& s : scenarios) {
+    if (fnmatch(filter.c_str(), s.name.c_str(), 0) == 0) kept.push_back(std::move(s));
+  }
+  if (kept.empty()) {
+    fmt::print(stderr, "graphcheck: --filter '{}' matches no scenario\n", filter);
+    return false;
+  }
+  scenarios = std::move(kept);
+  return true;
+}
+
+// Which backend runs, and why, before anything else: an unavailable one is a usage error.
+bool announce_backend(const std::string& name) {
+  try {
+    const gc::BackendChoice choice = gc::make_backend(name);
+    fmt::print("graphcheck {}: backend {} ({})\n", GRAPHCHECK_VERSION, choice.backend->name(),
+               choice.reason);
+    return true;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "graphcheck: {}\n", e.what());
+    return false;
+  }
+}
+
 int cmd_run(const RunArgs& args) {
   bool ok = true;
   std::vector<std::string> paths = args.paths.empty() ? std::vector<std::string>{"scenarios"} : args.paths;
@@ -98,27 +126,9 @@ int cmd_run(const RunArgs& args) {
       return kExitUsage;
     }
   }
-  if (!args.filter.empty()) {
-    std::vector<gc::Scenario> kept;
-    for (auto& s : scenarios) {
-      if (fnmatch(args.filter.c_str(), s.name.c_str(), 0) == 0) kept.push_back(std::move(s));
-    }
-    if (kept.empty()) {
-      fmt::print(stderr, "graphcheck: --filter '{}' matches no scenario\n", args.filter);
-      return kExitUsage;
-    }
-    scenarios = std::move(kept);
-  }
+  if (!filter_scenarios(scenarios, args.filter)) return kExitUsage;
 
-  // Which backend runs, and why, before anything else: an unavailable one is a usage error.
-  try {
-    const gc::BackendChoice choice = gc::make_backend(args.backend);
-    fmt::print("graphcheck {}: backend {} ({})\n", GRAPHCHECK_VERSION, choice.backend->name(),
-               choice.reason);
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "graphcheck: {}\n", e.what());
-    return kExitUsage;
-  }
+  if (!announce_backend(args.backend)) return kExitUsage;
 
   gc::ReporterMux reporters;
   reporters.add(std::make_unique<gc::ConsoleReporter>(std::cout, args.verbose));
@@ -167,25 +177,6 @@ int cmd_run(const RunArgs& args) {
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  // With mutations on: say whether the probes each scenario declares caught them.
-  for (const auto& r : run.scenarios) {
-    if (r.status == gc::Status::skipped) continue;
-    for (const auto& name : r.mutations) {
-      auto it = r.expected_catches.find(name);
-      if (it == r.expected_catches.end()) {
-        fmt::print("mutation {} on {}: not declared by the scenario; failed probes: {}\n", name,
-                   r.name, fmt::join(r.failed_probes(), ", "));
-        continue;
-      }
-      std::vector<std::string> missed;
-      for (const auto& p : it->second) {
-        if (!r.failed_probes().count(p)) missed.push_back(p);
-      }
-      fmt::print("mutation {} on {}: {}\n", name, r.name,
-                 missed.empty() ? fmt::format("caught by {}", fmt::join(it->second, ", "))
-                                : fmt::format("NOT caught by declared probe(s) {}", fmt::join(missed, ", ")));
-    }
-  }
   try {
     reporters.on_run_done(run);
   } catch (const std::exception& e) {
@@ -205,71 +196,44 @@ int cmd_run(const RunArgs& args) {
 struct MutantsArgs {
   int threads = 1;
   std::vector<std::string> paths;
+  std::string filter;
   std::string backend = "auto";
   std::string report_dir = "reports/out";
+  std::string json;
+  std::string junit;
 };
 
-// Runs every scenario clean and with each mutation it declares; prints the kill matrix.
+// Runs every scenario clean and with each mutation it declares; the kill matrix is data in the
+// run record (every report holds it) and is printed row by row as it is computed.
 int cmd_mutants(const MutantsArgs& args) {
   bool ok = true;
-  const bool whole_suite = args.paths.empty();
-  std::vector<std::string> paths = whole_suite ? std::vector<std::string>{"scenarios"} : args.paths;
+  const bool whole_suite = args.paths.empty() && args.filter.empty();
+  std::vector<std::string> paths = args.paths.empty() ? std::vector<std::string>{"scenarios"} : args.paths;
   std::vector<gc::Scenario> scenarios = load_scenarios(paths, ok);
   if (!ok) return kExitUsage;
+  if (!filter_scenarios(scenarios, args.filter)) return kExitUsage;
+  if (!announce_backend(args.backend)) return kExitUsage;
 
-  std::vector<std::string> probes = gc::ProbeRegistry::get().names();
-  probes.push_back("driver");
+  gc::KillMatrix matrix;
+  matrix.probes = gc::ProbeRegistry::get().names();
+  matrix.probes.push_back("driver");
   gc::RunRecord run;
   run.tool_version = GRAPHCHECK_VERSION;
   run.started_at = now_iso8601();
   run.threads = gc::set_intra_op_threads(args.threads);
   const auto start = std::chrono::steady_clock::now();
-  int problems = 0;
   std::set<std::string> declared_anywhere;
 
-  std::string header = fmt::format("{:<30} {:<34}", "scenario", "mutation");
-  for (const auto& p : probes) header += fmt::format(" {:>11}", p);
-  fmt::print("{}  verdict\n", header);
+  fmt::print("{}\n", gc::kill_matrix_header(matrix));
   fmt::print("(a cell names the pass whose finding killed the mutation; a probe is credited only "
              "with findings from its own passes, where no other check disturbs the run)\n");
-  // Kill credit in isolation: a probe kills a mutation when it fails with the mutation and not in
-  // the clean run, by a finding made in one of the passes it registered for (DESIGN §2.2): the
-  // observe pass, where every probe only reads, or its own disturbing pass.
-  auto credited_pass = [](const gc::ScenarioRecord& r, const std::string& probe) -> std::string {
-    const gc::ProbeRegistry::Entry* entry = gc::ProbeRegistry::get().find(probe);
-    for (const auto& f : r.findings) {
-      if (f.probe != probe) continue;
-      if (!entry) return f.pass;  // "driver": the lifecycle itself failed
-      for (gc::Pass pass : entry->passes) {
-        if (f.pass == gc::to_string(pass)) return f.pass;
-      }
-    }
-    return "";
-  };
-  auto row = [&](const gc::Scenario& s, const std::string& mutation, const gc::ScenarioRecord& r,
-                 const std::vector<std::string>& declared, const std::set<std::string>& clean_failed) {
-    std::string line = fmt::format("{:<30} {:<34}", s.name, mutation.empty() ? "(clean)" : mutation);
-    std::vector<std::string> missed;
-    for (const auto& p : probes) {
-      const bool want = std::find(declared.begin(), declared.end(), p) != declared.end();
-      const std::string pass = clean_failed.count(p) ? "" : credited_pass(r, p);
-      const bool got = !pass.empty();
-      if (want && !got) missed.push_back(p);
-      line += fmt::format(" {:>11}", want ? (got ? pass : "MISSED") : (got ? "(" + pass + ")" : "."));
-    }
-    std::string verdict;
-    if (r.status == gc::Status::error || r.status == gc::Status::crashed) {
-      verdict = fmt::format("{}: {}", gc::to_string(r.status), r.reason);
-    } else if (mutation.empty()) {
-      verdict = r.status == gc::Status::passed ? "ok" : "FAIL: the clean run fails";
-    } else if (!missed.empty()) {
-      verdict = fmt::format("FAIL: not caught by {}", fmt::join(missed, ", "));
-    } else {
-      verdict = "ok";
-    }
-    if (verdict != "ok") ++problems;
-    fmt::print("{}  {}\n", line, verdict);
+  auto add_row = [&](gc::KillMatrixRow row) {
+    if (!row.ok()) matrix.problems.push_back(fmt::format("{} {}: {}", row.scenario,
+                                                         row.mutation.empty() ? "(clean)" : row.mutation,
+                                                         row.verdict));
+    fmt::print("{}\n", gc::kill_matrix_line(matrix, row));
     std::cout.flush();
+    matrix.rows.push_back(std::move(row));
   };
 
   for (const auto& s : scenarios) {
@@ -278,39 +242,50 @@ int cmd_mutants(const MutantsArgs& args) {
     options.work_dir = (fs::path(args.report_dir) / "work").string();
     gc::ScenarioRecord clean = gc::run_scenario(s, options);
     const std::set<std::string> clean_failed = clean.failed_probes();
-    row(s, "", clean, {}, {});
+    add_row(gc::kill_matrix_row(matrix, clean, "", {}));
     run.scenarios.push_back(std::move(clean));
     for (const auto& [mutation, declared] : s.mutations) {
       declared_anywhere.insert(mutation);
       if (!gc::mutation::applies_to(*gc::mutation::find(mutation), s.fixture)) {
-        fmt::print("{:<30} {:<34}  FAIL: the mutation belongs to fixture '{}'\n", s.name, mutation,
-                   gc::mutation::find(mutation)->owner);
-        ++problems;
+        gc::KillMatrixRow row;
+        row.scenario = s.name;
+        row.mutation = mutation;
+        row.verdict = fmt::format("FAIL: the mutation belongs to fixture '{}'", gc::mutation::find(mutation)->owner);
+        add_row(std::move(row));
         continue;
       }
       options.mutations = {mutation};
       gc::ScenarioRecord r = gc::run_scenario(s, options);
-      row(s, mutation, r, declared, clean_failed);
+      // The verdict again, now net of what the clean run already failed.
+      r.verdicts = {gc::judge_mutation(r, mutation, clean_failed)};
+      add_row(gc::kill_matrix_row(matrix, r, mutation, clean_failed));
       run.scenarios.push_back(std::move(r));
     }
   }
   if (whole_suite) {
     for (const auto& m : gc::mutation::all()) {
       if (declared_anywhere.count(m.name)) continue;
-      fmt::print("mutation {} is declared by no scenario: no probe is shown to catch it\n", m.name);
-      ++problems;
+      const std::string problem =
+          fmt::format("mutation {} is declared by no scenario: no probe is shown to catch it", m.name);
+      fmt::print("{}\n", problem);
+      matrix.problems.push_back(problem);
     }
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string json = (fs::path(args.report_dir) / "mutants.json").string();
+  const std::size_t problems = matrix.problems.size();
+  run.kill_matrix = std::move(matrix);
+  const std::string json = args.json.empty() ? (fs::path(args.report_dir) / "mutants.json").string() : args.json;
+  const std::string junit =
+      args.junit.empty() ? (fs::path(args.report_dir) / "mutants-junit.xml").string() : args.junit;
   try {
     gc::JsonReporter(json).on_run_done(run);
+    gc::JunitReporter(junit).on_run_done(run);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "graphcheck: writing {} failed: {}\n", json, e.what());
+    fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
     return kExitHarness;
   }
-  fmt::print("\n{} runs, {} problems ({:.1f} s); report: {}\n", run.scenarios.size(), problems,
-             run.seconds, json);
+  fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {} {}\n", run.scenarios.size(), problems,
+             run.seconds, json, junit);
   return problems == 0 ? kExitPassed : 1;
 }
 
@@ -467,8 +442,14 @@ int main(int argc, char** argv) {
   mutants->add_option("paths", mutants_args.paths, "Scenario files or directories (default: scenarios/)");
   mutants->add_option("--backend", mutants_args.backend, "Graph backend: auto, emulated or cuda")
       ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
-  mutants->add_option("--report-dir", mutants_args.report_dir, "Where mutants.json goes")
+  mutants->add_option("--filter", mutants_args.filter, "Only scenarios whose name matches this glob");
+  mutants->add_option("--report-dir", mutants_args.report_dir,
+                      "Where mutants.json, mutants-junit.xml and generated checkpoints go")
       ->capture_default_str();
+  mutants->add_option("--json", mutants_args.json, "JSON report path (default REPORT_DIR/mutants.json)");
+  mutants->add_option("--junit", mutants_args.junit,
+                      "JUnit XML path, one test case per kill-matrix row (default "
+                      "REPORT_DIR/mutants-junit.xml)");
   mutants->add_option("--threads", mutants_args.threads,
                       "libtorch intra-op threads (0: libtorch's default); see run --threads")
       ->capture_default_str()

@@ -43,6 +43,13 @@ struct RunOptions {
 [[nodiscard]] ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,
                                           ProgressListener* progress = nullptr);
 
+// The verdict on `mutation` for a record of a run with it enabled: which probes the scenario
+// declares caught it, in which pass, and which missed it. `clean_failed`: the probes that failed
+// the clean run of the same scenario (they get no credit), empty when unknown. Run by the driver
+// for every enabled mutation (without a clean run) and again by `graphcheck mutants`.
+[[nodiscard]] MutationVerdict judge_mutation(const ScenarioRecord& record, const std::string& mutation,
+                                             const std::set<std::string>& clean_failed = {});
+
 // Caps libtorch's intra-op threads for this process (at::set_num_threads) and returns the number
 // now in force. On a shared CI machine one thread per process is fastest (see --threads).
 int set_intra_op_threads(int threads);

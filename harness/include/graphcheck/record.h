@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -46,6 +47,20 @@ struct Measurement {
   std::string pass;  // the pass it was measured in ("observe", "census", ...)
 };
 
+// Whether the probes a scenario declares for a mutation caught it (DESIGN §2.5). A probe is
+// credited only with a finding made in one of its own passes (the observe pass, where every probe
+// only reads, or its own disturbing pass) and absent from the clean run when one is known.
+struct MutationVerdict {
+  std::string mutation;
+  bool declared = false;              // the scenario declares probes for it
+  std::vector<std::string> expected;  // the probes it declares
+  // Every probe credited with a kill (declared or not) -> the pass whose finding killed it.
+  std::map<std::string, std::string> caught;
+  std::vector<std::string> missed;    // declared probes that did not catch it
+  // A declared, applicable mutation every declared probe caught.
+  [[nodiscard]] bool ok() const { return declared && missed.empty(); }
+};
+
 struct ScenarioRecord {
   std::string name;
   std::string file;
@@ -62,15 +77,35 @@ struct ScenarioRecord {
   std::string reason;  // error / crashed / skipped: why
   std::vector<Finding> findings;
   std::vector<Measurement> measurements;
+  std::vector<MutationVerdict> verdicts;  // one per enabled mutation
   double seconds = 0;
 
   [[nodiscard]] std::set<std::string> failed_probes() const;
+};
+
+// The kill matrix of `graphcheck mutants`: each scenario clean and with every mutation it
+// declares.
+struct KillMatrixRow {
+  std::string scenario;
+  std::string mutation;  // "" for the clean run
+  // probe -> "KILLED:<pass>" (declared, caught), "MISSED" (declared, not caught),
+  // "failed:<pass>" (not declared, caught anyway), "." (neither)
+  std::map<std::string, std::string> cells;
+  std::string verdict;  // "ok" or what is wrong
+  [[nodiscard]] bool ok() const { return verdict == "ok"; }
+};
+
+struct KillMatrix {
+  std::vector<std::string> probes;  // columns, in order
+  std::vector<KillMatrixRow> rows;
+  std::vector<std::string> problems;  // every row that is not ok, and suite-level problems
 };
 
 struct RunRecord {
   std::string tool_version;
   std::string started_at;  // ISO 8601 UTC
   int threads = 0;         // libtorch intra-op threads the run used
+  std::optional<KillMatrix> kill_matrix;  // graphcheck mutants only
   std::vector<ScenarioRecord> scenarios;
   double seconds = 0;
 

@@ -72,6 +72,17 @@ class ReporterMux : public Reporter {
   std::vector<std::unique_ptr<Reporter>> m_reporters;
 };
 
+// The kill matrix's row for one record: `mutation` "" for the clean run; `clean_failed`: probes
+// that failed the clean run (never credited).
+[[nodiscard]] KillMatrixRow kill_matrix_row(const KillMatrix& matrix, const ScenarioRecord& record,
+                                            const std::string& mutation,
+                                            const std::set<std::string>& clean_failed);
+// Text forms, as the console prints them.
+[[nodiscard]] std::string kill_matrix_header(const KillMatrix& matrix);
+[[nodiscard]] std::string kill_matrix_line(const KillMatrix& matrix, const KillMatrixRow& row);
+// "mutation M on S: caught by a, b [a: observe pass; b: census pass]".
+[[nodiscard]] std::string verdict_line(const ScenarioRecord& record, const MutationVerdict& verdict);
+
 [[nodiscard]] std::string json_report(const RunRecord& run);
 [[nodiscard]] std::string junit_report(const RunRecord& run);
 

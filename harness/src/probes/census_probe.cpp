@@ -93,9 +93,9 @@ class CensusProbe final : public EmptyProbe {
       // A loader that rebinds the name to the loaded tensor (set_data, or a new parameter)
       // wrote nothing into the poisoned memory, and needs not: nothing reads it any more. Before
       // a capture that is legitimate; after one, the address probe judges it.
-      auto it = now.find(p.entry.checkpoint);
-      if (it == now.end() || !it->second.defined() || !it->second.has_storage() ||
-          it->second.data_ptr() != t.data_ptr()) {
+      auto current = now.find(p.entry.checkpoint);
+      if (current == now.end() || !current->second.defined() || !current->second.has_storage() ||
+          current->second.data_ptr() != t.data_ptr()) {
         p.survivors = torch::zeros({t.numel()}, torch::kBool);
         p.count = 0;
         ++rebound;
@@ -131,20 +131,6 @@ class CensusProbe final : public EmptyProbe {
     if (!e.refit) return fmt::format("the initial {} load", to_string(e.format));
     if (!e.bucket.empty()) return fmt::format("bucket '{}' of refit cycle {}", e.bucket, e.cycle);
     return fmt::format("the load of refit cycle {}", e.cycle);
-  }
-
-  // The same rule as count_survivors(), as a mask over the elements.
-  static torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected) {
-    const std::uint8_t byte = poison_byte(t.scalar_type());
-    torch::Tensor mask = element_bytes(t).eq(byte).all(1);
-    const bool comparable = expected.defined() && expected.scalar_type() == t.scalar_type() &&
-                            expected.sizes() == t.sizes();
-    if (comparable) {
-      mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
-    } else if (!poison_is_nan(t.scalar_type())) {
-      if (!mask.all().item<bool>()) mask.zero_();
-    }
-    return mask;
   }
 
   void settle(RunContext& ctx, const PhaseEvent& e) {

@@ -54,6 +54,7 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
     fmt::print(m_out, "          {}\n", f.message);
     for (const auto& [key, value] : f.evidence) fmt::print(m_out, "          {}: {}\n", key, value);
   }
+  for (const auto& v : r.verdicts) fmt::print(m_out, "  {}\n", verdict_line(r, v));
   m_out.flush();
 }
 

@@ -61,9 +61,41 @@ std::string json_report(const RunRecord& run) {
                               {"pass", m.pass}});
     }
     s["measurements"] = std::move(measurements);
+    ordered_json verdicts = ordered_json::array();
+    for (const auto& v : r.verdicts) {
+      ordered_json caught = ordered_json::object();
+      for (const auto& [probe, pass] : v.caught) caught[probe] = pass;
+      verdicts.push_back({{"mutation", v.mutation},
+                          {"declared", v.declared},
+                          {"expected", v.expected},
+                          {"caught", caught},
+                          {"missed", v.missed},
+                          {"ok", v.ok()}});
+    }
+    s["verdicts"] = std::move(verdicts);
     scenarios.push_back(std::move(s));
   }
   doc["scenarios"] = std::move(scenarios);
+  if (run.kill_matrix) {
+    ordered_json rows = ordered_json::array();
+    for (const auto& row : run.kill_matrix->rows) {
+      ordered_json cells = ordered_json::object();
+      for (const auto& p : run.kill_matrix->probes) {
+        auto it = row.cells.find(p);
+        cells[p] = it == row.cells.end() ? "." : it->second;
+      }
+      rows.push_back({{"scenario", row.scenario},
+                      {"mutation", row.mutation},
+                      {"cells", cells},
+                      {"verdict", row.verdict},
+                      {"ok", row.ok()}});
+    }
+    doc["kill_matrix"] = {{"probes", run.kill_matrix->probes},
+                          {"rows", std::move(rows)},
+                          {"problems", run.kill_matrix->problems}};
+  } else {
+    doc["kill_matrix"] = nullptr;
+  }
   return doc.dump(2) + "\n";
 }
 

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 
 #include "graphcheck/reporter.h"
@@ -36,6 +37,38 @@ std::string junit_report(const RunRecord& run) {
   for (const auto& r : run.scenarios) by_file[r.file].push_back(&r);
 
   std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  if (run.kill_matrix) {
+    // graphcheck mutants: one test case per kill-matrix row (a mutated run that fails is what
+    // the matrix wants; a declared probe that misses is the failure).
+    const KillMatrix& m = *run.kill_matrix;
+    const auto bad = std::count_if(m.rows.begin(), m.rows.end(), [](const auto& r) { return !r.ok(); });
+    xml += fmt::format("<testsuites name=\"graphcheck mutants\" tests=\"{}\" failures=\"{}\" time=\"{:.3f}\">\n",
+                       m.rows.size(), bad, run.seconds);
+    xml += fmt::format("  <testsuite name=\"kill matrix\" tests=\"{}\" failures=\"{}\">\n", m.rows.size(), bad);
+    for (const auto& row : m.rows) {
+      std::vector<std::string> cells;
+      for (const auto& p : m.probes) {
+        auto it = row.cells.find(p);
+        if (it != row.cells.end() && it->second != ".") cells.push_back(p + "=" + it->second);
+      }
+      xml += fmt::format("    <testcase classname=\"graphcheck.mutants.{}\" name=\"{}\">\n",
+                         xml_escape(row.scenario), xml_escape(row.mutation.empty() ? "(clean)" : row.mutation));
+      xml += fmt::format("      <properties><property name=\"cells\" value=\"{}\"/></properties>\n",
+                         xml_escape(fmt::format("{}", fmt::join(cells, " "))));
+      if (!row.ok()) {
+        xml += fmt::format("      <failure message=\"{}\" type=\"kill matrix\">{}</failure>\n",
+                           xml_escape(row.verdict), xml_escape(row.verdict));
+      }
+      xml += "    </testcase>\n";
+    }
+    if (!m.problems.empty()) {
+      std::string all;
+      for (const auto& p : m.problems) all += p + "\n";
+      xml += fmt::format("    <system-err>{}</system-err>\n", xml_escape(all));
+    }
+    xml += "  </testsuite>\n</testsuites>\n";
+    return xml;
+  }
   xml += fmt::format(
       "<testsuites name=\"graphcheck\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
       "time=\"{:.3f}\">\n",
@@ -67,6 +100,10 @@ std::string junit_report(const RunRecord& run) {
                          xml_escape(r->backend_reason));
       xml += fmt::format("        <property name=\"passes\" value=\"{}\"/>\n",
                          xml_escape(fmt::format("{}", fmt::join(r->passes, ","))));
+      for (const auto& v : r->verdicts) {
+        xml += fmt::format("        <property name=\"mutation_verdict\" value=\"{}\"/>\n",
+                           xml_escape(verdict_line(*r, v)));
+      }
       xml += "      </properties>\n";
       if (r->status == Status::passed) {
         // nothing more
