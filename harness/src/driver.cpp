@@ -446,6 +446,14 @@ class Driver final : public HookSink {
   void add_finding(Finding finding, Pass pass, Phase phase) {
     if (finding.phase.empty()) finding.phase = to_string(phase);
     if (finding.pass.empty()) finding.pass = to_string(pass);
+    // The driver's own findings (model failures, names a load did not report) are about the
+    // lifecycle, which every pass repeats: the first pass that meets one reports it.
+    if (finding.probe == "driver") {
+      const bool seen = std::any_of(m_record.findings.begin(), m_record.findings.end(), [&](const Finding& g) {
+        return g.probe == "driver" && g.message == finding.message && g.cycle == finding.cycle;
+      });
+      if (seen) return;
+    }
     m_record.findings.push_back(std::move(finding));
   }
   void add_measurement(Measurement m, Pass pass, Phase phase) {
@@ -557,11 +565,7 @@ class Driver final : public HookSink {
           f.message += fmt::format(" (the scenario expects an error containing '{}' instead, {})",
                                    m_scenario.expect_error, m_scenario.expect_error_where);
         }
-        // The same failure met again in a later pass is not a new finding.
-        const bool seen = std::any_of(m_record.findings.begin(), m_record.findings.end(), [&](const Finding& g) {
-          return g.probe == "driver" && g.message == f.message;
-        });
-        if (!seen) add_finding(std::move(f), pass, e.phase());
+        add_finding(std::move(f), pass, e.phase());
       }
     } catch (const UserError& e) {
       if (!stopped_as_expected(pass, run, e.what())) {
@@ -856,6 +860,7 @@ void PassRun::check_loaded(const std::set<std::string>& streamed, const std::set
     if (live != live_of.end() && loaded.count(live->second)) continue;
     Finding f;
     f.probe = "driver";
+    f.cycle = m_cycle;
     f.subject = name;
     f.message = fmt::format(
         "load_weights() consumed '{}' from {} but did not report it loaded: return every "
