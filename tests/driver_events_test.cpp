@@ -609,3 +609,51 @@ TEST(KillMatrix, RowsAreDataInJsonAndJunit) {
 
 }  // namespace
 }  // namespace graphcheck
+
+// ---- a model that returns a preallocated output buffer --------------------------------------
+
+namespace graphcheck {
+namespace {
+
+class PreallocatedOutputModel final : public LifecycleModel {
+ public:
+  explicit PreallocatedOutputModel(const ModelConfig&) {
+    m_module.register_parameter("w", torch::zeros({2, 2}));
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    return load_module_weights(*this, weights);
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    if (!m_out.defined() || m_out.size(0) != x.size(0)) m_out = torch::empty({x.size(0), 2});
+    m_out.copy_(torch::matmul(x, m_module.named_parameters()["w"]));
+    return m_out;  // the same buffer every call, as serving code often does
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 2}, static_cast<double>(seed % 5) + 1.0);
+  }
+  std::vector<NamedTensor> extra_tensors() override { return {{"out", m_out}}; }
+
+ private:
+  torch::nn::Module m_module;
+  torch::Tensor m_out;
+};
+GRAPHCHECK_REGISTER_MODEL("test_prealloc", [](const ModelConfig& c) {
+  return std::make_unique<PreallocatedOutputModel>(c);
+});
+
+TEST(ContractShapes, APreallocatedOutputBufferIsNoCoverageOrReplayFinding) {
+  Scenario s;
+  s.name = "prealloc";
+  s.file = "prealloc.yaml";
+  s.fixture = "test_prealloc";
+  s.batch_sizes = {2};
+  s.cycles = {RefitSpec{2, {}, {}, ""}};
+  s.checks = {"coverage", "replay_diff"};
+  ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+}
+
+}  // namespace
+}  // namespace graphcheck

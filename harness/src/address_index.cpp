@@ -19,7 +19,7 @@ AddressIndex::AddressIndex(const std::vector<NamedTensor>& tensors) : m_tensors(
     const std::size_t bytes = tensor_extent_bytes(t);
     if (bytes == 0) continue;
     const auto begin = reinterpret_cast<std::uintptr_t>(t.data_ptr());
-    m_ranges.push_back({begin, begin + bytes, i, &m_tensors[i]});
+    m_ranges.push_back({begin, begin + bytes, i});
   }
   std::sort(m_ranges.begin(), m_ranges.end(), [](const Range& a, const Range& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.order < b.order;
@@ -55,8 +55,9 @@ std::optional<AddressHit> AddressIndex::resolve(const void* address, std::size_t
   }
   if (!best) return std::nullopt;
   AddressHit hit;
-  hit.name = best->tensor->name;
-  hit.tensor = best->tensor->tensor;
+  const NamedTensor& t = m_tensors[best->order];
+  hit.name = t.name;
+  hit.tensor = t.tensor;
   hit.offset = static_cast<std::int64_t>(begin - best->begin);
   hit.whole = bytes > 0 && best->begin == begin && best->end == end;
   return hit;

@@ -33,8 +33,7 @@ class AddressIndex {
   struct Range {
     std::uintptr_t begin = 0;
     std::uintptr_t end = 0;  // one past the last byte
-    std::size_t order = 0;   // position in the input list
-    const NamedTensor* tensor = nullptr;
+    std::size_t order = 0;   // position in the input list (m_tensors)
   };
   std::vector<NamedTensor> m_tensors;
   std::vector<Range> m_ranges;             // sorted by begin

@@ -221,7 +221,8 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] double noise_floor(std::int64_t batch_size) const override;
   [[nodiscard]] const std::vector<GraphView>& graphs() const override { return m_views; }
   [[nodiscard]] std::vector<NamedTensor> live_tensors() override {
-    return m_model ? graphcheck::live_tensors(*m_model) : std::vector<NamedTensor>{};
+    if (!m_model) return {};
+    return call_model(m_phase, "extra_tensors()", [&] { return graphcheck::live_tensors(*m_model); });
   }
   [[nodiscard]] std::vector<NamedTensor> checkpoint_tensors() override {
     return m_model ? graphcheck::checkpoint_tensors(*m_model) : std::vector<NamedTensor>{};
@@ -236,7 +237,8 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] std::map<std::string, std::string> tensor_kinds() override {
     std::map<std::string, std::string> kinds;
     if (!m_model) return kinds;
-    for (const auto& t : m_model->extra_tensors()) kinds[t.name] = "extra tensor";
+    const auto extras = call_model(m_phase, "extra_tensors()", [&] { return m_model->extra_tensors(); });
+    for (const auto& t : extras) kinds[t.name] = "extra tensor";
     for (const auto& item : m_model->module().named_buffers(true)) {
       const TensorAttrs* a = m_model->tensor_attributes().find(item.value());
       kinds[item.key()] = a && !a->persistent ? "non-persistent buffer" : "persistent buffer";
@@ -245,7 +247,8 @@ class PassRun final : public RunContext, public PassControl {
     return kinds;
   }
   [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
-    return m_model ? m_model->expected_hooks() : std::vector<ExpectedHook>{};
+    if (!m_model) return {};
+    return call_model(m_phase, "expected_hooks()", [&] { return m_model->expected_hooks(); });
   }
   [[nodiscard]] std::vector<std::string> module_paths() override {
     index_modules();
@@ -272,10 +275,23 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) override {
     return call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
   }
+  // Copies: a model may return a preallocated output buffer that its next forward overwrites.
   [[nodiscard]] TensorList eager(const TensorList& inputs) override {
-    return call_model(m_phase, "forward()", [&] {
+    TensorList out = call_model(m_phase, "forward()", [&] {
       torch::NoGradGuard no_grad;
       return m_model->forward_all(inputs);
+    });
+    for (auto& t : out) {
+      if (t.defined()) t = t.clone();
+    }
+    return out;
+  }
+  void load_dummy(LifecycleModel& model, std::uint64_t seed) override {
+    FlagScope quiet(m_quiet);
+    call_model(m_phase, "load_dummy_weights()", [&] {
+      torch::NoGradGuard no_grad;
+      model.load_dummy_weights(seed);
+      return 0;
     });
   }
   [[nodiscard]] TensorList replay(std::size_t index, const TensorList& inputs) override {
@@ -724,6 +740,7 @@ void PassRun::lifecycle() {
         measure(e, "gc/replay_diff/noise_floor", noise, "abs");
       }
     }
+    m_views.reserve(s.batch_sizes.size());  // CaptureEvent::graph points into it
     for (std::int64_t b : s.batch_sizes) {
       m_batch_size = b;
       CaptureEvent e;
@@ -939,15 +956,15 @@ void PassRun::replay_all() {
       HarnessTime t(m_harness_seconds);
       UncountedScope uncounted;
       c.noise_floor = noise_floor(b);
-      double magnitude = 0;
-      c10::ScalarType dtype = c10::ScalarType::Float;
+      // Per output (its dtype and magnitude); the largest applies.
+      const GraphBackend& backend = m_driver.backend();
+      c.tolerance = 0;
       for (const auto& out : c.eager_outputs) {
         if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
-        dtype = out.scalar_type();
-        magnitude = std::max(magnitude, out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>());
+        const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
+        c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
+                                                             c.noise_floor, out.scalar_type(), magnitude));
       }
-      const GraphBackend& backend = m_driver.backend();
-      c.tolerance = replay_tolerance(backend.exact(), backend.min_tolerance(), c.noise_floor, dtype, magnitude);
     }
     end(&Probe::on_compare_end, c);
   }

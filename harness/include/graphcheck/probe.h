@@ -128,6 +128,8 @@ class PassControl {
   // Model B's forward (B: a fresh model loaded with the weights A should hold now).
   [[nodiscard]] virtual TensorList reference_forward(const TensorList& inputs) = 0;
   virtual void run_pwal(LifecycleModel& model) = 0;
+  // model.load_dummy_weights(seed) (hooks unreported, failures as model failures).
+  virtual void load_dummy(LifecycleModel& model, std::uint64_t seed) = 0;
   // Another instance of the scenario's model with `config` (hooks unreported).
   [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
 };

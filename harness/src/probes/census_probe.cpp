@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "graphcheck/probe.h"
@@ -54,19 +55,21 @@ class CensusProbe final : public EmptyProbe {
     const std::string load = describe(e);
     std::set<std::string> expected(e.expected.begin(), e.expected.end());
     std::int64_t tensors = 0, bytes = 0;
+    std::map<std::string, std::optional<double>> dummy_values;
+    if (e.format == LoadFormat::dummy) {
+      // The region's live tensor carries the attributes.
+      for (const auto& live : ctx.checkpoint_tensors()) {
+        const TensorAttrs* a = ctx.tensor_attrs(live.tensor);
+        dummy_values[live.name] = a ? a->dummy_weight_value : std::nullopt;
+      }
+    }
     for (auto& entry : ctx.checkpoint_layout()) {
       if (e.format == LoadFormat::checkpoint && !expected.count(entry.checkpoint)) continue;
       const torch::Tensor& t = entry.region;
       if (!t.defined() || t.numel() == 0 || t.scalar_type() == torch::kBool || !t.has_storage()) continue;
       Poisoned p;
       p.load = load;
-      if (e.format == LoadFormat::dummy) {
-        // The region's live tensor carries the attributes.
-        for (const auto& live : ctx.checkpoint_tensors()) {
-          if (live.name != entry.live) continue;
-          if (const TensorAttrs* a = ctx.tensor_attrs(live.tensor)) p.dummy_value = a->dummy_weight_value;
-        }
-      }
+      if (auto it = dummy_values.find(entry.live); it != dummy_values.end()) p.dummy_value = it->second;
       fill_poison(t);
       ++tensors;
       bytes += static_cast<std::int64_t>(t.nbytes());
@@ -108,9 +111,8 @@ class CensusProbe final : public EmptyProbe {
       } else if (p.dummy_value) {
         expected = torch::full(t.sizes(), *p.dummy_value, t.options());
       }
-      const Survivors s = count_survivors(t, expected);
-      p.count = s.count;
       p.survivors = survivor_mask(t, expected);
+      p.count = p.survivors.sum().item<std::int64_t>();
     }
     if (rebound > 0) ctx.measure(e, "gc/census/rebound_by_loader", static_cast<double>(rebound), "tensors");
   }

@@ -103,7 +103,6 @@ class InitCountProbe final : public EmptyProbe {
     const auto persistent = ctx.checkpoint_tensors();
     std::set<std::string> persistent_names;
     for (const auto& t : persistent) persistent_names.insert(t.name);
-    std::set<std::string> buffer_names;
     std::set<std::string> extra_names;
     {
       std::set<std::string> params_and_persistent = persistent_names;
@@ -226,10 +225,7 @@ class InitCountProbe final : public EmptyProbe {
       std::vector<WriteState> before;
       for (const auto& t : tensors) before.push_back(write_state(t.tensor));
       const auto start = std::chrono::steady_clock::now();
-      {
-        torch::NoGradGuard no_grad;
-        model->load_dummy_weights(ctx.scenario().seed);
-      }
+      control.load_dummy(*model, ctx.scenario().seed);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       std::int64_t writes = 0;

@@ -23,6 +23,7 @@
 #include "graphcheck/probe.h"
 #include "poison.h"
 #include "tensor_format.h"
+#include "tolerance.h"
 
 namespace graphcheck {
 namespace {
@@ -165,14 +166,14 @@ class ReplayDiffProbe final : public EmptyProbe {
       }
       const TensorList replayed = control.replay(index, inputs);
       const TensorList eager = control.eager(inputs);
-      double magnitude = 0;
+      // The differential's own tolerance, per output (dtype and magnitude of each).
+      double tolerance = 0;
       for (const auto& t : eager) {
-        if (t.defined() && t.numel() > 0 && c10::isFloatingType(t.scalar_type())) {
-          magnitude = std::max(magnitude, t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>());
-        }
+        if (!t.defined() || t.numel() == 0 || !c10::isFloatingType(t.scalar_type())) continue;
+        const double magnitude = t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
+        tolerance = std::max(tolerance, replay_tolerance(ctx.backend().exact(), ctx.backend().min_tolerance(),
+                                                         ctx.noise_floor(b), t.scalar_type(), magnitude));
       }
-      const double tolerance = ctx.backend().exact() ? 0.0 : std::max(ctx.backend().min_tolerance(),
-                                                                      4.0 * std::max(0.0, ctx.noise_floor(b)));
       const Diff d = diff_all(replayed, eager, tolerance);
       ++checked;
       if (d.mismatches == 0) continue;
