@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "fingerprint.h"
 #include "glob.h"
@@ -221,7 +222,15 @@ class InitCountProbe final : public EmptyProbe {
       ModelConfig config = ctx.scenario().config;
       config.set(g.key, value, fmt::format("{}: dummy_growth", ctx.scenario().file));
       std::unique_ptr<LifecycleModel> model = control.construct_model(config);
-      const auto tensors = checkpoint_tensors(*model);
+      // One tensor per storage: names over one storage (tied weights) share their writes.
+      std::vector<NamedTensor> tensors;
+      {
+        std::set<const void*> storages;
+        for (auto& t : checkpoint_tensors(*model)) {
+          const void* key = t.tensor.has_storage() ? t.tensor.storage().unsafeGetStorageImpl() : nullptr;
+          if (!key || storages.insert(key).second) tensors.push_back(std::move(t));
+        }
+      }
       std::vector<WriteState> before;
       for (const auto& t : tensors) before.push_back(write_state(t.tensor));
       const auto start = std::chrono::steady_clock::now();
