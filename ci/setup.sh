@@ -17,7 +17,9 @@ log() { printf 'ci/setup.sh: %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------------------------
 packages=(g++ cmake ninja-build python3-venv googletest libgtest-dev libgmock-dev libbenchmark-dev
           libboost-test-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          libxxhash-dev)
+          libxxhash-dev
+          # Test environment only: the HTML report is opened in headless Chromium.
+          chromium)
 missing=()
 for p in "${packages[@]}"; do
   # cmake may come from elsewhere (pip, pyenv); only install Debian's when none is on PATH.
@@ -56,6 +58,8 @@ if [[ -z $user_torch ]]; then
 fi
 "$py" -c 'import safetensors' 2>/dev/null || need+=(safetensors)
 "$py" -c 'import numpy' 2>/dev/null || need+=(numpy)
+# Test environment only: the JSON reports are validated against reports/schema/.
+"$py" -c 'import jsonschema' 2>/dev/null || need+=(jsonschema)
 if ((${#need[@]})); then
   log "installing into $venv: ${need[*]}"
   "$py" -m pip install -q --disable-pip-version-check "${need[@]}"

@@ -348,11 +348,12 @@ class PassRun final : public RunContext, public PassControl {
   void begin(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
     m_phase = e.phase;
     if (m_pass == Pass::observe && m_progress) m_progress->on_phase(to_string(e.phase), e.cycle, e.batch_size);
+    const std::size_t span = open_span(to_string(e.phase), e.cycle, e.batch_size);
     {
       HarnessTime t(m_harness_seconds);
       for (Probe* p : m_probes) (p->*fn)(*this, e);
     }
-    m_windows.push_back({Clock::now(), m_harness_seconds});
+    m_windows.push_back({Clock::now(), m_harness_seconds, span});
   }
   template <class Event>
   void end(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
@@ -364,6 +365,7 @@ class PassRun final : public RunContext, public PassControl {
       HarnessTime t(m_harness_seconds);
       for (auto it = m_probes.rbegin(); it != m_probes.rend(); ++it) ((*it)->*fn)(*this, e);
     }
+    close_span(w.span);
     if (m_pass != Pass::observe) return;
     Measurement m;
     m.tag = fmt::format("gc/timing/{}", to_string(e.phase));
@@ -381,7 +383,10 @@ class PassRun final : public RunContext, public PassControl {
   struct Window {
     Clock::time_point start;
     double harness_at_start = 0;
+    std::size_t span = 0;  // its entry in the record's spans
   };
+  std::size_t open_span(std::string phase, int cycle, std::int64_t batch_size);
+  void close_span(std::size_t index);
 
   Driver& m_driver;
   Pass m_pass;
@@ -423,7 +428,7 @@ class Driver final : public HookSink {
   }
 
   ScenarioRecord run() {
-    const auto start = Clock::now();
+    const auto start = m_start;
     {
       mutation::Scope mutations(m_options.mutations);
       HookSinkScope hooks(*this);
@@ -518,6 +523,22 @@ class Driver final : public HookSink {
     if (m_current) m_current->hook(module, hook);
   }
 
+  // The record's timeline (DESIGN §6: the Chrome trace and the HTML timing bars).
+  std::size_t open_span(std::string pass, std::string phase, int cycle, std::int64_t batch_size) {
+    Span span;
+    span.pass = std::move(pass);
+    span.phase = std::move(phase);
+    span.cycle = cycle;
+    span.batch_size = batch_size;
+    span.start = std::chrono::duration<double>(Clock::now() - m_start).count();
+    m_record.spans.push_back(std::move(span));
+    return m_record.spans.size() - 1;
+  }
+  void close_span(std::size_t index) {
+    Span& span = m_record.spans.at(index);
+    span.seconds = std::chrono::duration<double>(Clock::now() - m_start).count() - span.start;
+  }
+
  private:
   void setup() {
     m_work_dir = fs::path(m_options.work_dir) / m_scenario.name;
@@ -562,6 +583,7 @@ class Driver final : public HookSink {
     }
     m_record.passes.push_back(to_string(pass));
     const auto start = Clock::now();
+    const std::size_t span = open_span(to_string(pass), "", 0, 0);
     PassRun run(*this, pass, std::move(probes));
     m_current = &run;
     bool go_on = true;
@@ -608,6 +630,7 @@ class Driver final : public HookSink {
       go_on = false;
     }
     m_current = nullptr;
+    close_span(span);
     Measurement m;
     m.tag = fmt::format("gc/pass/{}/seconds", to_string(pass));
     m.value = std::chrono::duration<double>(Clock::now() - start).count();
@@ -648,6 +671,7 @@ class Driver final : public HookSink {
   RunOptions m_options;
   ProgressListener* m_progress;
   ScenarioRecord m_record;
+  const Clock::time_point m_start = Clock::now();  // the scenario's, for its spans
   std::uint64_t m_seed = 1;
   fs::path m_work_dir;
   std::unique_ptr<GraphBackend> m_backend;
@@ -670,6 +694,10 @@ double PassRun::noise_floor(std::int64_t batch_size) const {
   auto it = m_driver.noise().find(batch_size);
   return it == m_driver.noise().end() ? -1.0 : it->second;
 }
+std::size_t PassRun::open_span(std::string phase, int cycle, std::int64_t batch_size) {
+  return m_driver.open_span(to_string(m_pass), std::move(phase), cycle, batch_size);
+}
+void PassRun::close_span(std::size_t index) { m_driver.close_span(index); }
 void PassRun::add_finding(Finding finding) { m_driver.add_finding(std::move(finding), m_pass, m_phase); }
 void PassRun::add_measurement(Measurement m) { m_driver.add_measurement(std::move(m), m_pass, m_phase); }
 
@@ -1101,6 +1129,26 @@ MutationVerdict judge_mutation(const ScenarioRecord& record, const std::string& 
 int set_intra_op_threads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
   return at::get_num_threads();
+}
+
+std::vector<std::pair<std::string, std::string>> run_environment(const std::string& backend) {
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back("graphcheck", GRAPHCHECK_VERSION);
+  env.emplace_back("libtorch", fmt::format("{}.{}.{}", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
+                                           TORCH_VERSION_PATCH));
+#if defined(__clang__)
+  env.emplace_back("compiler", fmt::format("clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__));
+#elif defined(__GNUC__)
+  env.emplace_back("compiler", fmt::format("gcc {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__));
+#endif
+  env.emplace_back("cuda_build", GRAPHCHECK_HAS_CUDA ? "yes" : "no");
+  try {
+    const BackendChoice choice = make_backend(backend);
+    env.emplace_back("backend", fmt::format("{} ({})", choice.backend->name(), choice.reason));
+  } catch (const std::exception& e) {
+    env.emplace_back("backend", fmt::format("{}: unavailable ({})", backend, e.what()));
+  }
+  return env;
 }
 
 ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,

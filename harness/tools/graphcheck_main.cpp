@@ -17,6 +17,7 @@
 #include <set>
 
 #include "graphcheck/backend.h"
+#include "graphcheck/compare.h"
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
@@ -41,6 +42,71 @@ std::string now_iso8601() {
   return buf;
 }
 
+// ---- reports ------------------------------------------------------------------------------
+
+// Where a run's reports go: each path given, or REPORT_DIR/<default name>; "-" leaves one out.
+struct ReportPaths {
+  std::string json, junit, markdown, html, trace;
+
+  void add_options(CLI::App* app, const std::string& stem, const std::string& junit_name) {
+    app->add_option("--json", json, fmt::format("JSON report path (default REPORT_DIR/{}.json; '-': none)", stem));
+    app->add_option("--junit", junit, fmt::format("JUnit XML path (default REPORT_DIR/{}; '-': none)", junit_name));
+    app->add_option("--markdown", markdown,
+                    fmt::format("Markdown summary for a PR comment or a CI job summary, e.g. "
+                                "\"$GITHUB_STEP_SUMMARY\" (default REPORT_DIR/{}.md; '-': none)",
+                                stem));
+    app->add_option("--html", html,
+                    fmt::format("Self-contained HTML report with memory and timing charts (default "
+                                "REPORT_DIR/{}.html; '-': none)",
+                                stem));
+    app->add_option("--trace", trace,
+                    fmt::format("Chrome trace-event JSON of every pass and phase, for Perfetto or "
+                                "chrome://tracing (default REPORT_DIR/{}-trace.json; '-': none)",
+                                stem));
+  }
+
+  // Fills in the defaults and adds a reporter for each path kept.
+  void add_reporters(gc::ReporterMux& mux, const std::string& report_dir, const std::string& stem,
+                     const std::string& junit_name) {
+    auto resolve = [&](std::string& path, const std::string& name) {
+      if (path.empty()) path = (fs::path(report_dir) / name).string();
+    };
+    resolve(json, stem + ".json");
+    resolve(junit, junit_name);
+    resolve(markdown, stem + ".md");
+    resolve(html, stem + ".html");
+    resolve(trace, stem + "-trace.json");
+    if (json != "-") mux.add(std::make_unique<gc::JsonReporter>(json));
+    if (junit != "-") mux.add(std::make_unique<gc::JunitReporter>(junit));
+    if (markdown != "-") mux.add(std::make_unique<gc::MarkdownReporter>(markdown));
+    if (html != "-") mux.add(std::make_unique<gc::HtmlReporter>(html));
+    if (trace != "-") mux.add(std::make_unique<gc::TraceReporter>(trace));
+  }
+
+  [[nodiscard]] std::string written() const {
+    std::vector<std::string> kept;
+    for (const auto* p : {&json, &junit, &markdown, &html, &trace}) {
+      if (*p != "-") kept.push_back(*p);
+    }
+    return fmt::format("{}", fmt::join(kept, " "));
+  }
+};
+
+// Writes the cumulative reports; false (after saying why) when one cannot be written.
+bool write_reports(gc::Reporter& reporters, const gc::RunRecord& run) {
+  try {
+    reporters.on_run_done(run);
+    return true;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
+    return false;
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // ---- run ----------------------------------------------------------------------------------
 
 struct RunArgs {
@@ -50,8 +116,7 @@ struct RunArgs {
   std::vector<std::string> mutations;
   std::optional<std::uint64_t> seed;
   std::string report_dir = "reports/out";
-  std::string json;
-  std::string junit;
+  ReportPaths reports;
   bool verbose = false;
   int threads = 1;
 };
@@ -132,15 +197,14 @@ int cmd_run(const RunArgs& args) {
 
   gc::ReporterMux reporters;
   reporters.add(std::make_unique<gc::ConsoleReporter>(std::cout, args.verbose));
-  const std::string json = args.json.empty() ? (fs::path(args.report_dir) / "graphcheck.json").string() : args.json;
-  const std::string junit = args.junit.empty() ? (fs::path(args.report_dir) / "junit.xml").string() : args.junit;
-  reporters.add(std::make_unique<gc::JsonReporter>(json));
-  reporters.add(std::make_unique<gc::JunitReporter>(junit));
+  ReportPaths paths_out = args.reports;
+  paths_out.add_reporters(reporters, args.report_dir, "graphcheck", "junit.xml");
 
   gc::RunRecord run;
   run.tool_version = GRAPHCHECK_VERSION;
   run.started_at = now_iso8601();
   run.threads = gc::set_intra_op_threads(args.threads);
+  run.environment = gc::run_environment(args.backend);
   fmt::print("libtorch intra-op threads: {}\n", run.threads);
   const auto start = std::chrono::steady_clock::now();
   int runnable = 0;
@@ -161,6 +225,7 @@ int cmd_run(const RunArgs& args) {
       options.mutations.insert(name);
     }
     gc::ScenarioRecord record;
+    const double started = seconds_since(start);
     if (!not_applicable.empty()) {
       record.name = s.name;
       record.file = s.file;
@@ -172,18 +237,14 @@ int cmd_run(const RunArgs& args) {
       ++runnable;
       record = gc::run_scenario(s, options, &reporters);
     }
+    record.start = started;
     reporters.on_scenario_done(record);
     run.scenarios.push_back(std::move(record));
   }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.seconds = seconds_since(start);
 
-  try {
-    reporters.on_run_done(run);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
-    return kExitHarness;
-  }
-  fmt::print("reports: {} {}\n", json, junit);
+  if (!write_reports(reporters, run)) return kExitHarness;
+  fmt::print("reports: {}\n", paths_out.written());
   if (runnable == 0) {
     fmt::print(stderr, "graphcheck: no scenario could run with the mutations given\n");
     return kExitUsage;
@@ -199,8 +260,7 @@ struct MutantsArgs {
   std::string filter;
   std::string backend = "auto";
   std::string report_dir = "reports/out";
-  std::string json;
-  std::string junit;
+  ReportPaths reports;
 };
 
 // Runs every scenario clean and with each mutation it declares; the kill matrix is data in the
@@ -221,6 +281,7 @@ int cmd_mutants(const MutantsArgs& args) {
   run.tool_version = GRAPHCHECK_VERSION;
   run.started_at = now_iso8601();
   run.threads = gc::set_intra_op_threads(args.threads);
+  run.environment = gc::run_environment(args.backend);
   const auto start = std::chrono::steady_clock::now();
   std::set<std::string> declared_anywhere;
 
@@ -240,7 +301,9 @@ int cmd_mutants(const MutantsArgs& args) {
     gc::RunOptions options;
     options.backend = args.backend;
     options.work_dir = (fs::path(args.report_dir) / "work").string();
+    const double clean_started = seconds_since(start);
     gc::ScenarioRecord clean = gc::run_scenario(s, options);
+    clean.start = clean_started;
     const std::set<std::string> clean_failed = clean.failed_probes();
     add_row(gc::kill_matrix_row(matrix, clean, "", {}));
     run.scenarios.push_back(std::move(clean));
@@ -255,7 +318,9 @@ int cmd_mutants(const MutantsArgs& args) {
         continue;
       }
       options.mutations = {mutation};
+      const double started = seconds_since(start);
       gc::ScenarioRecord r = gc::run_scenario(s, options);
+      r.start = started;
       // The verdict again, now net of what the clean run already failed.
       r.verdicts = {gc::judge_mutation(r, mutation, clean_failed)};
       add_row(gc::kill_matrix_row(matrix, r, mutation, clean_failed));
@@ -271,22 +336,40 @@ int cmd_mutants(const MutantsArgs& args) {
       matrix.problems.push_back(problem);
     }
   }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.seconds = seconds_since(start);
   const std::size_t problems = matrix.problems.size();
   run.kill_matrix = std::move(matrix);
-  const std::string json = args.json.empty() ? (fs::path(args.report_dir) / "mutants.json").string() : args.json;
-  const std::string junit =
-      args.junit.empty() ? (fs::path(args.report_dir) / "mutants-junit.xml").string() : args.junit;
-  try {
-    gc::JsonReporter(json).on_run_done(run);
-    gc::JunitReporter(junit).on_run_done(run);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
-    return kExitHarness;
-  }
-  fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {} {}\n", run.scenarios.size(), problems,
-             run.seconds, json, junit);
+  gc::ReporterMux reporters;
+  ReportPaths paths_out = args.reports;
+  paths_out.add_reporters(reporters, args.report_dir, "mutants", "mutants-junit.xml");
+  if (!write_reports(reporters, run)) return kExitHarness;
+  fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {}\n", run.scenarios.size(), problems, run.seconds,
+             paths_out.written());
   return problems == 0 ? kExitPassed : 1;
+}
+
+// ---- compare ------------------------------------------------------------------------------
+
+int cmd_compare(const std::string& base, const std::string& now, const gc::CompareOptions& options,
+                const std::string& markdown) {
+  gc::Comparison comparison;
+  try {
+    comparison = gc::compare_report_files(base, now, options);
+  } catch (const gc::ReportError& e) {
+    fmt::print(stderr, "graphcheck compare: {}\n", e.what());
+    return kExitUsage;
+  }
+  const std::string md = gc::comparison_markdown(comparison);
+  fmt::print("{}", md);
+  if (!markdown.empty()) {
+    try {
+      gc::write_file_atomically(markdown, md);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "graphcheck compare: {}\n", e.what());
+      return kExitHarness;
+    }
+  }
+  return comparison.regressed() ? 1 : kExitPassed;
 }
 
 // ---- list ---------------------------------------------------------------------------------
@@ -423,10 +506,10 @@ int main(int argc, char** argv) {
   run->add_option("--mutation", run_args.mutations,
                   "Enable a mutation (repeatable): re-introduces a known bug; see `graphcheck list`");
   run->add_option("--seed", run_args.seed, "Replace each scenario's seed");
-  run->add_option("--report-dir", run_args.report_dir, "Where reports and generated checkpoints go")
+  run->add_option("--report-dir", run_args.report_dir,
+                  "Where reports (JSON, JUnit, Markdown, HTML, Chrome trace) and generated checkpoints go")
       ->capture_default_str();
-  run->add_option("--json", run_args.json, "JSON report path (default REPORT_DIR/graphcheck.json)");
-  run->add_option("--junit", run_args.junit, "JUnit XML path (default REPORT_DIR/junit.xml)");
+  run_args.reports.add_options(run, "graphcheck", "junit.xml");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
   run->add_option("--threads", run_args.threads,
                   "libtorch intra-op threads (0: libtorch's default, one per core). The default 1 "
@@ -444,16 +527,38 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
   mutants->add_option("--filter", mutants_args.filter, "Only scenarios whose name matches this glob");
   mutants->add_option("--report-dir", mutants_args.report_dir,
-                      "Where mutants.json, mutants-junit.xml and generated checkpoints go")
+                      "Where the reports (mutants.json, mutants-junit.xml with one test case per "
+                      "kill-matrix row, mutants.md, mutants.html, mutants-trace.json) and generated "
+                      "checkpoints go")
       ->capture_default_str();
-  mutants->add_option("--json", mutants_args.json, "JSON report path (default REPORT_DIR/mutants.json)");
-  mutants->add_option("--junit", mutants_args.junit,
-                      "JUnit XML path, one test case per kill-matrix row (default "
-                      "REPORT_DIR/mutants-junit.xml)");
+  mutants_args.reports.add_options(mutants, "mutants", "mutants-junit.xml");
   mutants->add_option("--threads", mutants_args.threads,
                       "libtorch intra-op threads (0: libtorch's default); see run --threads")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+
+  std::string compare_base, compare_new, compare_markdown;
+  gc::CompareOptions compare_options;
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "Compare two JSON reports of the same suite (e.g. last night's and tonight's): new and "
+      "fixed failures, and per scenario and phase the model time (observe pass) and peak memory "
+      "that grew beyond --max-regression. Prints a Markdown diff. Exit 0: no regression, 1: a new "
+      "failure or a regression, 2: a report cannot be read");
+  compare->add_option("base", compare_base, "The baseline JSON report")->required();
+  compare->add_option("new", compare_new, "The JSON report to judge")->required();
+  compare->add_option("--max-regression", compare_options.max_regression_pct,
+                      "Percent growth of a time or memory figure that counts as a regression")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  compare->add_option("--min-seconds", compare_options.min_seconds,
+                      "Ignore time changes smaller than this (timer noise on small scenarios)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  compare->add_option("--min-bytes", compare_options.min_bytes, "Ignore memory changes smaller than this")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e18));
+  compare->add_option("--markdown", compare_markdown, "Also write the Markdown diff to this file");
 
   std::vector<std::string> list_paths;
   CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");
@@ -481,6 +586,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return cmd_run(run_args);
     if (*mutants) return cmd_mutants(mutants_args);
+    if (*compare) return cmd_compare(compare_base, compare_new, compare_options, compare_markdown);
     if (*list) return cmd_list(list_paths);
     if (*inspect) return cmd_inspect(inspect_files, inspect_values);
   } catch (const std::exception& e) {

@@ -54,6 +54,10 @@ struct RunOptions {
 // now in force. On a shared CI machine one thread per process is fastest (see --threads).
 int set_intra_op_threads(int threads);
 
+// What a run ran on, for the reports: graphcheck's and libtorch's versions, the compiler, whether
+// this build has CUDA, and the backend `backend` ("auto", "emulated", "cuda") resolves to, why.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> run_environment(const std::string& backend);
+
 // Fixtures, probes and mutations known to this binary.
 [[nodiscard]] ScenarioCatalog default_catalog();
 

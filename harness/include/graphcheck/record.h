@@ -13,7 +13,7 @@
 namespace graphcheck {
 
 // Bumped on any incompatible change to the JSON report (reports/schema/).
-inline constexpr int kReportSchemaVersion = 2;
+inline constexpr int kReportSchemaVersion = 3;
 
 enum class Status {
   passed,   // every check held
@@ -61,6 +61,17 @@ struct MutationVerdict {
   [[nodiscard]] bool ok() const { return declared && missed.empty(); }
 };
 
+// A stretch of a scenario's wall-clock timeline: one pass, or one phase window inside a pass
+// (nested as the windows nest). The Chrome trace and the HTML timing bars are drawn from these.
+struct Span {
+  std::string pass;   // the pass it ran in
+  std::string phase;  // the lifecycle phase; empty for the pass as a whole
+  int cycle = 0;
+  std::int64_t batch_size = 0;
+  double start = 0;    // seconds since the scenario started
+  double seconds = 0;  // wall clock, the probes' and the harness's work included
+};
+
 struct ScenarioRecord {
   std::string name;
   std::string file;
@@ -78,6 +89,8 @@ struct ScenarioRecord {
   std::vector<Finding> findings;
   std::vector<Measurement> measurements;
   std::vector<MutationVerdict> verdicts;  // one per enabled mutation
+  std::vector<Span> spans;               // every pass and phase window, in start order
+  double start = 0;                      // seconds since the run started
   double seconds = 0;
 
   [[nodiscard]] std::set<std::string> failed_probes() const;
@@ -105,6 +118,8 @@ struct RunRecord {
   std::string tool_version;
   std::string started_at;  // ISO 8601 UTC
   int threads = 0;         // libtorch intra-op threads the run used
+  // What ran: graphcheck, libtorch, compiler, backend ... as (name, version) pairs, in order.
+  std::vector<std::pair<std::string, std::string>> environment;
   std::optional<KillMatrix> kill_matrix;  // graphcheck mutants only
   std::vector<ScenarioRecord> scenarios;
   double seconds = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // Reporters read records; nothing else. Two kinds, as in Catch2: streaming (console: progress as
-// it happens) and cumulative (JSON, JUnit: the whole document at the end, written atomically).
+// it happens) and cumulative (JSON, JUnit, Markdown, HTML, Chrome trace: the whole document at
+// the end, written atomically).
 // Torch-free.
 
 #include <iosfwd>
@@ -39,24 +40,51 @@ class ConsoleReporter : public Reporter {
   std::set<std::string> m_line_phases;
 };
 
-// Writes the whole run as JSON (schema: reports/schema/graphcheck-report.schema.json).
-class JsonReporter : public Reporter {
+// A cumulative reporter: renders the whole run at its end and writes it atomically to a file.
+class FileReporter : public Reporter {
  public:
-  explicit JsonReporter(std::string path) : m_path(std::move(path)) {}
+  using Render = std::string (*)(const RunRecord&);
+  FileReporter(std::string path, Render render) : m_path(std::move(path)), m_render(render) {}
   void on_run_done(const RunRecord& run) override;
+  [[nodiscard]] const std::string& path() const { return m_path; }
 
  private:
   std::string m_path;
+  Render m_render;
 };
 
-// JUnit XML: one testsuite per scenario file, one testcase per scenario.
-class JunitReporter : public Reporter {
+// The whole run as JSON (schema: reports/schema/graphcheck-report.schema.json).
+class JsonReporter : public FileReporter {
  public:
-  explicit JunitReporter(std::string path) : m_path(std::move(path)) {}
-  void on_run_done(const RunRecord& run) override;
+  explicit JsonReporter(std::string path);
+};
 
- private:
-  std::string m_path;
+// JUnit XML: one testsuite per scenario file, one testcase per scenario (graphcheck mutants: one
+// testcase per kill-matrix row).
+class JunitReporter : public FileReporter {
+ public:
+  explicit JunitReporter(std::string path);
+};
+
+// GitHub-flavoured Markdown for a PR comment or a CI job summary: a pass/fail table, each
+// failure with its evidence, the mutation verdicts, the kill matrix, what ran (versions).
+class MarkdownReporter : public FileReporter {
+ public:
+  explicit MarkdownReporter(std::string path);
+};
+
+// One self-contained HTML page (inline CSS, SVG and script; nothing fetched): a memory chart and
+// phase timing bars per scenario, findings with evidence, the kill matrix, filters by status.
+class HtmlReporter : public FileReporter {
+ public:
+  explicit HtmlReporter(std::string path);
+};
+
+// Chrome trace-event JSON of every scenario's passes and phase windows (Perfetto,
+// chrome://tracing): a process per scenario, a thread per pass, findings as instant events.
+class TraceReporter : public FileReporter {
+ public:
+  explicit TraceReporter(std::string path);
 };
 
 // Owns reporters and forwards every event to each, in order.
@@ -85,6 +113,9 @@ class ReporterMux : public Reporter {
 
 [[nodiscard]] std::string json_report(const RunRecord& run);
 [[nodiscard]] std::string junit_report(const RunRecord& run);
+[[nodiscard]] std::string markdown_report(const RunRecord& run);
+[[nodiscard]] std::string html_report(const RunRecord& run);
+[[nodiscard]] std::string chrome_trace(const RunRecord& run);
 
 // Writes `content` to `path` atomically (temp file in the same directory, then rename); creates
 // missing parent directories. Throws std::runtime_error naming the path on failure.

@@ -46,4 +46,6 @@ void ReporterMux::on_run_done(const RunRecord& run) {
   for (auto& r : m_reporters) r->on_run_done(run);
 }
 
+void FileReporter::on_run_done(const RunRecord& run) { write_file_atomically(m_path, m_render(run)); }
+
 }  // namespace graphcheck

@@ -12,6 +12,9 @@ std::string json_report(const RunRecord& run) {
   doc["tool_version"] = run.tool_version;
   doc["started_at"] = run.started_at;
   doc["threads"] = run.threads;
+  ordered_json environment = ordered_json::object();
+  for (const auto& [k, v] : run.environment) environment[k] = v;
+  doc["environment"] = std::move(environment);
   doc["seconds"] = run.seconds;
   doc["exit_code"] = run.exit_code();
   doc["summary"] = {{"total", run.scenarios.size()},
@@ -32,6 +35,7 @@ std::string json_report(const RunRecord& run) {
     s["passes"] = r.passes;
     s["status"] = to_string(r.status);
     s["reason"] = r.reason;
+    s["start"] = r.start;
     s["seconds"] = r.seconds;
     s["mutations"] = r.mutations;
     s["expected_catches"] = r.expected_catches;
@@ -73,6 +77,16 @@ std::string json_report(const RunRecord& run) {
                           {"ok", v.ok()}});
     }
     s["verdicts"] = std::move(verdicts);
+    ordered_json spans = ordered_json::array();
+    for (const auto& sp : r.spans) {
+      spans.push_back({{"pass", sp.pass},
+                       {"phase", sp.phase},
+                       {"cycle", sp.cycle},
+                       {"batch_size", sp.batch_size},
+                       {"start", sp.start},
+                       {"seconds", sp.seconds}});
+    }
+    s["spans"] = std::move(spans);
     scenarios.push_back(std::move(s));
   }
   doc["scenarios"] = std::move(scenarios);
@@ -96,9 +110,10 @@ std::string json_report(const RunRecord& run) {
   } else {
     doc["kill_matrix"] = nullptr;
   }
-  return doc.dump(2) + "\n";
+  // Bytes that are not UTF-8 (a name from a file) become U+FFFD rather than an exception.
+  return doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }
 
-void JsonReporter::on_run_done(const RunRecord& run) { write_file_atomically(m_path, json_report(run)); }
+JsonReporter::JsonReporter(std::string path) : FileReporter(std::move(path), &json_report) {}
 
 }  // namespace graphcheck

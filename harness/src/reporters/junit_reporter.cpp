@@ -133,6 +133,6 @@ std::string junit_report(const RunRecord& run) {
   return xml;
 }
 
-void JunitReporter::on_run_done(const RunRecord& run) { write_file_atomically(m_path, junit_report(run)); }
+JunitReporter::JunitReporter(std::string path) : FileReporter(std::move(path), &junit_report) {}
 
 }  // namespace graphcheck
