@@ -153,17 +153,7 @@ void compare_metric(Comparison& c, const std::string& scenario, const std::strin
   }
 }
 
-std::string cell(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '|') out += "\\|";
-    else if (ch == '\n') out += ' ';
-    else if (ch == '<') out += "&lt;";
-    else if (ch == '>') out += "&gt;";
-    else out += ch;
-  }
-  return out;
-}
+std::string cell(const std::string& s) { return report::markdown_cell(s); }
 
 std::string figure(const MetricChange& m, double v) {
   return m.metric == "time" ? report::format_seconds(v) : report::format_bytes(v);

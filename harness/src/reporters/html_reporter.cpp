@@ -14,21 +14,7 @@
 namespace graphcheck {
 namespace {
 
-std::string esc(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += (c < 0x20 && c != '\n' && c != '\t') ? ' ' : static_cast<char>(c);
-    }
-  }
-  return out;
-}
+std::string esc(const std::string& s) { return report::markup_escape(s); }
 
 const char* phase_color(const std::string& phase) {
   static const std::map<std::string, const char*> colors = {

@@ -5,30 +5,12 @@
 #include <map>
 
 #include "graphcheck/reporter.h"
+#include "report_views.h"
 
 namespace graphcheck {
 namespace {
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') {
-          out += ' ';  // not allowed in XML 1.0
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
+std::string xml_escape(const std::string& s) { return report::markup_escape(s); }
 
 }  // namespace
 

@@ -11,28 +11,13 @@
 namespace graphcheck {
 namespace {
 
-// A table cell: one line, no pipes, no HTML.
-std::string cell(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '|': out += "\\|"; break;
-      case '\n': out += ' '; break;
-      case '\r': break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string cell(const std::string& s) { return report::markdown_cell(s); }
 
 // Inline code that survives backticks in the text.
 std::string code(const std::string& s) {
   const std::string fence = s.find('`') == std::string::npos ? "`" : "`` ";
   const std::string close = fence == "`" ? "`" : " ``";
-  return fence + cell(s) + close;
+  return fence + report::markdown_cell(s, false) + close;
 }
 
 // Running text: keep it on its lines, defuse HTML.

@@ -92,6 +92,38 @@ bool unexpected(const RunRecord& run, const ScenarioRecord& r) {
   return std::any_of(r.verdicts.begin(), r.verdicts.end(), [](const MutationVerdict& v) { return !v.ok(); });
 }
 
+std::string markup_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += (c < 0x20 && c != '\n' && c != '\t' && c != '\r') ? ' ' : static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string markdown_cell(const std::string& s, bool html) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '|': out += "\\|"; break;
+      case '\n': out += ' '; break;
+      case '\r': break;
+      case '<': out += html ? "&lt;" : "<"; break;
+      case '>': out += html ? "&gt;" : ">"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string format_seconds(double s) {
   if (!std::isfinite(s)) return "-";
   if (s >= 1) return fmt::format("{:.2f} s", s);

@@ -46,6 +46,13 @@ struct SpanRow {
 // run is meant to fail) it is a clean run or a mutation a declared probe missed.
 [[nodiscard]] bool unexpected(const RunRecord& run, const ScenarioRecord& record);
 
+// Text for XML and HTML, attribute values included: & < > " ' escaped, control characters that
+// XML 1.0 forbids become spaces.
+[[nodiscard]] std::string markup_escape(const std::string& text);
+// A Markdown table cell on one line: pipes escaped, newlines spaces; `html`: < and > defused too
+// (not inside a code span, which shows entities as they are).
+[[nodiscard]] std::string markdown_cell(const std::string& text, bool html = true);
+
 // "1.23 s", "45.6 ms", "789 µs".
 [[nodiscard]] std::string format_seconds(double seconds);
 // "512 B", "1.5 KiB", "2.00 GiB".
