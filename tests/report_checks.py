@@ -11,6 +11,12 @@
                                   GOLDEN; GRAPHCHECK_UPDATE_GOLDEN=1 rewrites GOLDEN instead
   plant-regression REPORT OUT     OUT: REPORT with every model time x3 and every peak x2 (for
                                   `graphcheck compare`)
+  crashes JSON JUNIT              the crash run: segfault, abort and hang crashed for their
+                                  reasons, every other scenario passed, JUnit agrees
+  shards GC SCENARIOS FULL WORKDIR [--total N]
+                                  runs GC once per shard; each scenario of FULL in exactly one
+  same A B [--replace-a T=X] [--replace-b T=X]
+                                  two JSON reports equal apart from times, addresses and paths
 
 Exit 0: the check held; 1: it failed (the reason on stderr); 77: it cannot run here (the reason
 on stderr; ctest reports the test as skipped).
@@ -175,6 +181,112 @@ def cmd_plant(args):
     print(f"{args.out}: {args.report} with model times x3 and peak memory x2")
 
 
+def cmd_crashes(args):
+    """The crash run's JSON and JUnit: each crashing scenario crashed for its reason, the rest passed."""
+    doc = json.load(open(args.json))
+    if not doc.get("complete"):
+        fail(f"{args.json}: the run is marked incomplete: {doc.get('incomplete_reason')}")
+    by_name = {s["name"]: s for s in doc["scenarios"]}
+    want = {"crash-segfault": ("signal", "SIGSEGV"), "crash-abort": ("signal", "SIGABRT"),
+            "crash-hang": ("timeout", "")}
+    for name, (cause, sig) in want.items():
+        s = by_name.get(name)
+        if not s:
+            fail(f"{args.json}: no record of {name}")
+        crash = s.get("crash") or {}
+        if s["status"] != "crashed" or crash.get("cause") != cause or sig not in crash.get("signal", ""):
+            fail(f"{args.json}: {name}: status {s['status']}, crash {crash}; want crashed by {cause} {sig}")
+        if not crash.get("last_phase"):
+            fail(f"{args.json}: {name}: the crash record names no last phase")
+        if name != "crash-hang" and "crash_test: about to" not in crash.get("stderr_tail", ""):
+            fail(f"{args.json}: {name}: the stderr tail lacks the model's last words: {crash.get('stderr_tail')!r}")
+    others = [s for s in doc["scenarios"] if s["name"] not in want]
+    if not others or any(s["status"] != "passed" for s in others):
+        fail(f"{args.json}: the other scenarios did not all pass: {[(s['name'], s['status']) for s in others]}")
+    if doc["exit_code"] != 3 or doc["summary"]["crashed"] != 3:
+        fail(f"{args.json}: exit_code {doc['exit_code']}, summary {doc['summary']}")
+    junit = open(args.junit).read()
+    if junit.count("<error ") != 3 or junit.count("<testcase ") != len(doc["scenarios"]):
+        fail(f"{args.junit}: want 3 <error> and {len(doc['scenarios'])} test cases")
+    print(f"{args.json}: 3 crashed (SIGSEGV, SIGABRT, timeout) with their last phase and output; "
+          f"{len(others)} passed; JUnit has 3 errors")
+
+
+def cmd_shards(args):
+    """Runs the CLI once per shard; every scenario of the full report runs in exactly one shard."""
+    full = [s["name"] for s in json.load(open(args.full))["scenarios"]]
+    seen = {}
+    for i in range(args.total):
+        out = os.path.join(args.workdir, f"shard-{i}")
+        cmd = [args.gc, "run", args.scenarios, "--report-dir", out, "-j", "2"]
+        env = dict(os.environ)
+        if i == 0:  # the gtest variables, as a sharding CI runner sets them
+            env.update(GTEST_SHARD_INDEX="0", GTEST_TOTAL_SHARDS=str(args.total))
+        else:
+            cmd += ["--shard-index", str(i), "--total-shards", str(args.total)]
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if run.returncode != 0:
+            fail(f"shard {i}: exit {run.returncode}\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
+        doc = json.load(open(os.path.join(out, "graphcheck.json")))
+        if doc["shard"] != {"index": i, "total": args.total}:
+            fail(f"shard {i}: the report says shard {doc['shard']}")
+        names = [s["name"] for s in doc["scenarios"]]
+        for n in names:
+            if n in seen:
+                fail(f"{n} ran in shard {seen[n]} and in shard {i}")
+            seen[n] = i
+        print(f"shard {i} of {args.total}: {len(names)} scenarios")
+    missing = sorted(set(full) - set(seen))
+    extra = sorted(set(seen) - set(full))
+    if missing or extra:
+        fail(f"missing from every shard: {missing}; not in the full run: {extra}")
+    print(f"every one of {len(full)} scenarios ran in exactly one of {args.total} shards")
+
+
+def strip_volatile(doc, replacements):
+    """A report without what legitimately differs between two runs: times, dates, addresses,
+    paths, the run's settings."""
+    volatile = {"seconds", "start", "started_at", "jobs", "log"}
+    text = json.dumps(doc, sort_keys=True)
+    for pair in replacements or []:
+        old, _, token = pair.partition("=")
+        text = text.replace(old, token)
+    text = re.sub(r"0x[0-9a-fA-F]{6,}", "0x<addr>", text)
+    doc = json.loads(text)
+
+    def walk(x):
+        if isinstance(x, dict):
+            out = {}
+            for k, v in x.items():
+                if k in volatile:
+                    continue
+                out[k] = walk(v)
+            # Timings are measurements too.
+            if isinstance(out.get("tag"), str) and (out["tag"].startswith("gc/timing/") or
+                                                     out["tag"].startswith("gc/pass/") or
+                                                     "seconds" in out["tag"] or
+                                                     out.get("unit") in ("s", "ms", "us", "µs", "ns")):
+                out.pop("value", None)
+            return out
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+    return walk(doc)
+
+
+def cmd_same(args):
+    a = strip_volatile(json.load(open(args.a)), args.replace_a)
+    b = strip_volatile(json.load(open(args.b)), args.replace_b)
+    if a != b:
+        import difflib
+        ta = json.dumps(a, indent=1, sort_keys=True).splitlines(True)
+        tb = json.dumps(b, indent=1, sort_keys=True).splitlines(True)
+        diff = "".join(difflib.unified_diff(ta, tb, args.a, args.b, n=2))
+        fail(f"the two reports differ beyond times and addresses:\n{diff[:6000]}")
+    print(f"{args.a} and {args.b}: identical apart from times, addresses and paths "
+          f"({len(a.get('scenarios', []))} scenarios)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -188,6 +300,13 @@ def main():
     s.add_argument("--replace", nargs="*"); s.set_defaults(fn=cmd_golden)
     s = sub.add_parser("plant-regression"); s.add_argument("report"); s.add_argument("out")
     s.set_defaults(fn=cmd_plant)
+    s = sub.add_parser("crashes"); s.add_argument("json"); s.add_argument("junit")
+    s.set_defaults(fn=cmd_crashes)
+    s = sub.add_parser("shards"); s.add_argument("gc"); s.add_argument("scenarios"); s.add_argument("full")
+    s.add_argument("workdir"); s.add_argument("--total", type=int, default=3); s.set_defaults(fn=cmd_shards)
+    s = sub.add_parser("same"); s.add_argument("a"); s.add_argument("b")
+    s.add_argument("--replace-a", nargs="*"); s.add_argument("--replace-b", nargs="*")
+    s.set_defaults(fn=cmd_same)
     args = p.parse_args()
     args.fn(args)
 

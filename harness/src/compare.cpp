@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "graphcheck/record.h"
 #include "reporters/report_views.h"
 
 namespace graphcheck {
@@ -74,8 +75,9 @@ Report parse(const std::string& text, const std::string& path) {
                                   path));
   }
   const int version = field<int>(doc, "json_schema_version", 0, path, "the report");
-  if (version < 2 || version > 3) {
-    throw ReportError(fmt::format("{}: JSON schema version {} (this graphcheck reads versions 2 and 3)", path, version));
+  if (version < 2 || version > kReportSchemaVersion) {
+    throw ReportError(fmt::format("{}: JSON schema version {} (this graphcheck reads versions 2 to {})", path, version,
+                                  kReportSchemaVersion));
   }
   Report report;
   report.label = fmt::format("graphcheck {}, started {}", field<std::string>(doc, "tool_version", "?", path, "the report"),

@@ -347,7 +347,10 @@ class PassRun final : public RunContext, public PassControl {
   template <class Event>
   void begin(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
     m_phase = e.phase;
-    if (m_pass == Pass::observe && m_progress) m_progress->on_phase(to_string(e.phase), e.cycle, e.batch_size);
+    if (m_progress) {
+      m_progress->on_step(to_string(m_pass), to_string(e.phase), e.cycle, e.batch_size);
+      if (m_pass == Pass::observe) m_progress->on_phase(to_string(e.phase), e.cycle, e.batch_size);
+    }
     const std::size_t span = open_span(to_string(e.phase), e.cycle, e.batch_size);
     {
       HarnessTime t(m_harness_seconds);

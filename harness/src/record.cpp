@@ -1,6 +1,10 @@
 #include "graphcheck/record.h"
 
 #include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace graphcheck {
 
@@ -19,6 +23,67 @@ std::set<std::string> ScenarioRecord::failed_probes() const {
   std::set<std::string> probes;
   for (const auto& f : findings) probes.insert(f.probe);
   return probes;
+}
+
+ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs) {
+  if (runs.empty()) return {};
+  if (runs.size() == 1) return std::move(runs.front());
+  const int n = static_cast<int>(runs.size());
+  // A check: a probe's finding on one subject at one place of the lifecycle.
+  struct Check {
+    const Finding* first = nullptr;
+    std::vector<int> failed_in;  // 1-based run numbers
+  };
+  std::map<std::string, Check> checks;
+  for (int i = 0; i < n; ++i) {
+    for (const auto& f : runs[static_cast<std::size_t>(i)].findings) {
+      const std::string key = fmt::format("{}\t{}\t{}\t{}\t{}\t{}", f.probe, f.pass, f.phase, f.cycle, f.batch_size, f.subject);
+      Check& c = checks[key];
+      if (!c.first) c.first = &f;
+      if (c.failed_in.empty() || c.failed_in.back() != i + 1) c.failed_in.push_back(i + 1);
+    }
+  }
+  std::vector<Finding> flaky;
+  for (const auto& [key, c] : checks) {
+    if (static_cast<int>(c.failed_in.size()) == n) continue;
+    std::vector<int> held;
+    for (int i = 1; i <= n; ++i) {
+      if (std::find(c.failed_in.begin(), c.failed_in.end(), i) == c.failed_in.end()) held.push_back(i);
+    }
+    const Finding& f = *c.first;
+    Finding x;
+    x.probe = "repeat";
+    x.pass = f.pass;
+    x.phase = f.phase;
+    x.cycle = f.cycle;
+    x.batch_size = f.batch_size;
+    x.subject = f.subject;
+    x.message = fmt::format("flaky: the {} check on '{}' failed in run(s) {} and held in run(s) {} of {}; its "
+                            "outcome is not deterministic (a race, memory read before it is written, or a "
+                            "seed not applied)",
+                            f.probe, f.subject, fmt::join(c.failed_in, ", "), fmt::join(held, ", "), n);
+    x.evidence = {{"probe", f.probe}, {"first_message", f.message}};
+    flaky.push_back(std::move(x));
+  }
+  std::vector<std::string> statuses;
+  bool changed = false;
+  for (const auto& r : runs) {
+    statuses.push_back(to_string(r.status));
+    changed = changed || r.status != runs.front().status;
+  }
+  ScenarioRecord merged = std::move(runs.front());
+  merged.repeats = n;
+  if (changed) {
+    Finding x;
+    x.probe = "repeat";
+    x.phase = "scenario";
+    x.subject = "status";
+    x.message = fmt::format("flaky: the scenario's status changed across {} runs: {}", n, fmt::join(statuses, ", "));
+    flaky.push_back(std::move(x));
+  }
+  for (auto& f : flaky) merged.findings.push_back(std::move(f));
+  if (!flaky.empty() && merged.status == Status::passed) merged.status = Status::failed;
+  return merged;
 }
 
 int RunRecord::count(Status status) const {

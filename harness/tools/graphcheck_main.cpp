@@ -13,6 +13,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <iostream>
 #include <set>
 
@@ -25,6 +27,14 @@
 #include "graphcheck/reporter.h"
 #include "graphcheck/safetensors.h"
 #include "graphcheck/scenario.h"
+#include "scenario_runner.h"
+
+#if defined(GRAPHCHECK_SANITIZE)
+// A sanitizer report is a harness failure (exit 3), not "a check failed" (ASan's default 1).
+extern "C" const char* __asan_default_options() { return "exitcode=3:detect_leaks=1"; }
+extern "C" const char* __ubsan_default_options() { return "exitcode=3:print_stacktrace=1:halt_on_error=1"; }
+extern "C" const char* __lsan_default_options() { return "exitcode=3"; }
+#endif
 
 namespace gc = graphcheck;
 namespace fs = std::filesystem;
@@ -109,16 +119,209 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // ---- run ----------------------------------------------------------------------------------
 
+// How scenarios execute: shared by run and mutants.
+struct ExecArgs {
+  std::string backend = "auto";
+  std::optional<std::uint64_t> seed;
+  std::string report_dir = "reports/out";
+  int threads = 1;
+  bool no_isolate = false;
+  int jobs = 1;
+  double timeout = 900;
+  int repeat = 1;
+  std::optional<int> shard_index, total_shards;
+
+  void add_options(CLI::App* app) {
+    app->add_option("--backend", backend, "Graph backend: auto, emulated or cuda")
+        ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
+    app->add_option("--threads", threads,
+                    "libtorch intra-op threads (0: libtorch's default, one per core). The default 1 "
+                    "suits a shared CI machine: the scenarios are small, and threads that outnumber "
+                    "free cores make them several times slower")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1024));
+    app->add_flag("--no-isolate", no_isolate,
+                  "Run the scenarios in this process instead of one child process each (for a "
+                  "debugger; a crash then ends the run, and --timeout and -j do not apply)");
+    app->add_option("-j,--jobs", jobs, "Scenarios run at once, each in its own process")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
+    app->add_option("--timeout", timeout,
+                    "Seconds a scenario may run before its process is killed and it is reported as "
+                    "crashed (0: no limit)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e7));
+    app->add_option("--repeat", repeat,
+                    "Run each scenario N times; a check whose outcome changes between runs is a "
+                    "finding (flaky)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    app->add_option("--shard-index", shard_index,
+                    "Run only the scenarios of shard I (0-based) of --total-shards; default "
+                    "$GTEST_SHARD_INDEX")
+        ->check(CLI::NonNegativeNumber);
+    app->add_option("--total-shards", total_shards,
+                    "Split the scenario list (sorted by file) into N shards, round robin; default "
+                    "$GTEST_TOTAL_SHARDS")
+        ->check(CLI::PositiveNumber);
+  }
+};
+
+// The shard this process runs: flags first, then GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS. False
+// (after saying why) on an impossible pair.
+bool resolve_shard(const ExecArgs& args, int& index, int& total) {
+  auto env = [](const char* name) -> std::optional<int> {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return std::nullopt;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1'000'000) return -1;
+    return static_cast<int>(x);
+  };
+  const std::optional<int> i = args.shard_index ? args.shard_index : env("GTEST_SHARD_INDEX");
+  const std::optional<int> n = args.total_shards ? args.total_shards : env("GTEST_TOTAL_SHARDS");
+  if (!i && !n) {
+    index = 0;
+    total = 1;
+    return true;
+  }
+  if (!i || !n || *i < 0 || *n < 1 || *i >= *n) {
+    fmt::print(stderr,
+               "graphcheck: shard index {} of {} total shards is not a shard: give both --shard-index I "
+               "and --total-shards N (or GTEST_SHARD_INDEX and GTEST_TOTAL_SHARDS) with 0 <= I < N\n",
+               i ? std::to_string(*i) : "(none)", n ? std::to_string(*n) : "(none)");
+    return false;
+  }
+  index = *i;
+  total = *n;
+  // The gtest sharding protocol: say that this program knows it.
+  if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE"); status && *status) {
+    std::FILE* f = std::fopen(status, "a");
+    if (f) std::fclose(f);
+  }
+  return true;
+}
+
+// Keeps the scenarios of one shard: the i-th of the sorted list goes to shard i mod N.
+void keep_shard(std::vector<gc::Scenario>& scenarios, int index, int total) {
+  if (total <= 1) return;
+  std::vector<gc::Scenario> kept;
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    if (static_cast<int>(i % static_cast<std::size_t>(total)) == index) kept.push_back(std::move(scenarios[i]));
+  }
+  scenarios = std::move(kept);
+}
+
+// One record to produce: a scenario with some mutations, or a row skipped for a stated reason.
+struct Planned {
+  const gc::Scenario* scenario = nullptr;
+  std::set<std::string> mutations;
+  std::string skip;  // non-empty: recorded as skipped
+};
+
+// Runs a plan: each item `repeat` times (isolated, -j, timeout), merged; calls `done(i, record)`
+// as each item completes. Returns the items stopped or never started by a stop signal.
+std::vector<std::size_t> execute(const std::vector<Planned>& plan, const ExecArgs& args,
+                                 gc::ProgressListener* console,
+                                 const std::function<void(std::size_t, gc::ScenarioRecord)>& done) {
+  const auto repeat = static_cast<std::size_t>(args.repeat);
+  std::vector<gc::cli::Job> jobs;
+  std::vector<std::size_t> job_item;  // job -> plan item
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    if (!plan[i].skip.empty()) continue;
+    for (std::size_t r = 0; r < repeat; ++r) {
+      gc::cli::Job job;
+      job.scenario = plan[i].scenario;
+      job.options.backend = args.backend;
+      job.options.seed = args.seed;
+      job.options.mutations = plan[i].mutations;
+      job.options.work_dir = (fs::path(args.report_dir) / "work").string();
+      job.timeout = args.timeout;
+      const fs::path dir = fs::path(job.options.work_dir) / plan[i].scenario->name;
+      const std::string tag = fmt::format("run-{}{}", i, repeat > 1 ? fmt::format("-{}", r + 1) : "");
+      job.log_path = (dir / (tag + ".log")).string();
+      job.record_path = (dir / (tag + ".record.json")).string();
+      jobs.push_back(std::move(job));
+      job_item.push_back(i);
+    }
+  }
+  // Skipped rows are done at once.
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].skip.empty()) continue;
+    gc::ScenarioRecord r;
+    r.name = plan[i].scenario->name;
+    r.file = plan[i].scenario->file;
+    r.fixture = plan[i].scenario->fixture;
+    r.mutations.assign(plan[i].mutations.begin(), plan[i].mutations.end());
+    r.status = gc::Status::skipped;
+    r.reason = "skipped: " + plan[i].skip;
+    if (console) console->on_scenario_done(r);
+    done(i, std::move(r));
+  }
+  std::map<std::size_t, std::vector<gc::ScenarioRecord>> partial;  // item -> its repeats so far
+  std::map<std::size_t, double> started_at;
+  const auto t0 = std::chrono::steady_clock::now();
+  int announced = 0;
+  const int runnable = static_cast<int>(jobs.size() / repeat);
+  gc::cli::RunnerEvents events;
+  events.started = [&](std::size_t job) {
+    const std::size_t item = job_item[job];
+    if (started_at.count(item)) return;
+    started_at[item] = seconds_since(t0);
+    if (console) console->on_scenario_start(*plan[item].scenario, announced, runnable);
+    ++announced;
+  };
+  events.step = [&](std::size_t job, const std::string& pass, const std::string& phase, int cycle, std::int64_t b) {
+    if (console && pass == "observe" && (job % repeat) == 0) console->on_phase(phase, cycle, b);
+  };
+  events.done = [&](std::size_t job, gc::ScenarioRecord record) {
+    const std::size_t item = job_item[job];
+    auto& runs = partial[item];
+    runs.push_back(std::move(record));
+    if (runs.size() < repeat) return;
+    gc::ScenarioRecord merged = gc::merge_repeats(std::move(runs));
+    partial.erase(item);
+    merged.start = started_at[item];
+    if (console) console->on_scenario_done(merged);
+    done(item, std::move(merged));
+  };
+  gc::cli::RunnerOptions options;
+  options.isolate = !args.no_isolate;
+  options.jobs = args.jobs;
+  options.threads = args.threads;
+  std::set<std::size_t> stopped;
+  for (std::size_t job : gc::cli::run_jobs(jobs, options, events)) stopped.insert(job_item[job]);
+  return {stopped.begin(), stopped.end()};
+}
+
+// The run record's header, and the reports it is streamed to.
+gc::RunRecord new_run(const ExecArgs& args, int shard_index, int total_shards) {
+  gc::RunRecord run;
+  run.tool_version = GRAPHCHECK_VERSION;
+  run.started_at = now_iso8601();
+  run.threads = gc::set_intra_op_threads(args.threads);
+  run.environment = gc::run_environment(args.backend);
+  run.isolated = !args.no_isolate;
+  run.jobs = args.no_isolate ? 1 : args.jobs;
+  run.shard_index = shard_index;
+  run.total_shards = total_shards;
+  run.complete = false;
+  return run;
+}
+
+std::string stop_reason(int signal, std::size_t finished, std::size_t total,
+                        const std::vector<std::string>& not_run) {
+  return fmt::format("stopped by {} after {} of {} runs finished; not run or stopped while running: {}",
+                     gc::cli::signal_name(signal), finished, total, fmt::join(not_run, ", "));
+}
+
 struct RunArgs {
   std::vector<std::string> paths;
   std::string filter;
-  std::string backend = "auto";
   std::vector<std::string> mutations;
-  std::optional<std::uint64_t> seed;
-  std::string report_dir = "reports/out";
-  ReportPaths reports;
   bool verbose = false;
-  int threads = 1;
+  ExecArgs exec;
+  ReportPaths reports;
 };
 
 std::vector<gc::Scenario> load_scenarios(const std::vector<std::string>& paths, bool& ok) {
@@ -177,11 +380,25 @@ bool announce_backend(const std::string& name) {
   }
 }
 
-int cmd_run(const RunArgs& args) {
+// Scenarios to run: loaded, filtered, sharded; false (after saying why) when there are none.
+bool select_scenarios(const std::vector<std::string>& given, const std::string& filter, const ExecArgs& exec,
+                      std::vector<gc::Scenario>& scenarios, int& shard_index, int& total_shards) {
   bool ok = true;
-  std::vector<std::string> paths = args.paths.empty() ? std::vector<std::string>{"scenarios"} : args.paths;
-  std::vector<gc::Scenario> scenarios = load_scenarios(paths, ok);
-  if (!ok) return kExitUsage;
+  const std::vector<std::string> paths = given.empty() ? std::vector<std::string>{"scenarios"} : given;
+  scenarios = load_scenarios(paths, ok);
+  if (!ok || !filter_scenarios(scenarios, filter) || !resolve_shard(exec, shard_index, total_shards)) return false;
+  const std::size_t before = scenarios.size();
+  keep_shard(scenarios, shard_index, total_shards);
+  if (total_shards > 1) {
+    fmt::print("shard {} of {}: {} of {} scenarios\n", shard_index, total_shards, scenarios.size(), before);
+  }
+  return true;
+}
+
+int cmd_run(const RunArgs& args) {
+  std::vector<gc::Scenario> scenarios;
+  int shard_index = 0, total_shards = 1;
+  if (!select_scenarios(args.paths, args.filter, args.exec, scenarios, shard_index, total_shards)) return kExitUsage;
   for (const auto& name : args.mutations) {
     if (!gc::mutation::find(name)) {
       std::vector<std::string> names;
@@ -191,60 +408,66 @@ int cmd_run(const RunArgs& args) {
       return kExitUsage;
     }
   }
-  if (!filter_scenarios(scenarios, args.filter)) return kExitUsage;
+  if (!announce_backend(args.exec.backend)) return kExitUsage;
 
-  if (!announce_backend(args.backend)) return kExitUsage;
-
-  gc::ReporterMux reporters;
-  reporters.add(std::make_unique<gc::ConsoleReporter>(std::cout, args.verbose));
-  ReportPaths paths_out = args.reports;
-  paths_out.add_reporters(reporters, args.report_dir, "graphcheck", "junit.xml");
-
-  gc::RunRecord run;
-  run.tool_version = GRAPHCHECK_VERSION;
-  run.started_at = now_iso8601();
-  run.threads = gc::set_intra_op_threads(args.threads);
-  run.environment = gc::run_environment(args.backend);
-  fmt::print("libtorch intra-op threads: {}\n", run.threads);
-  const auto start = std::chrono::steady_clock::now();
+  std::vector<Planned> plan;
   int runnable = 0;
-  for (std::size_t i = 0; i < scenarios.size(); ++i) {
-    const gc::Scenario& s = scenarios[i];
-    reporters.on_scenario_start(s, static_cast<int>(i), static_cast<int>(scenarios.size()));
-    gc::RunOptions options;
-    options.backend = args.backend;
-    options.seed = args.seed;
-    options.work_dir = (fs::path(args.report_dir) / "work").string();
-    std::string not_applicable;
+  for (const auto& s : scenarios) {
+    Planned p;
+    p.scenario = &s;
     for (const auto& name : args.mutations) {
       const gc::mutation::Info* info = gc::mutation::find(name);
       if (!gc::mutation::applies_to(*info, s.fixture)) {
-        not_applicable = fmt::format("mutation '{}' belongs to fixture '{}', not '{}'", name,
-                                     info->owner, s.fixture);
+        p.skip = fmt::format("mutation '{}' belongs to fixture '{}', not '{}'", name, info->owner, s.fixture);
       }
-      options.mutations.insert(name);
+      p.mutations.insert(name);
     }
-    gc::ScenarioRecord record;
-    const double started = seconds_since(start);
-    if (!not_applicable.empty()) {
-      record.name = s.name;
-      record.file = s.file;
-      record.fixture = s.fixture;
-      record.mutations = args.mutations;
-      record.status = gc::Status::skipped;
-      record.reason = "skipped: " + not_applicable;
-    } else {
-      ++runnable;
-      record = gc::run_scenario(s, options, &reporters);
-    }
-    record.start = started;
-    reporters.on_scenario_done(record);
-    run.scenarios.push_back(std::move(record));
+    runnable += p.skip.empty();
+    plan.push_back(std::move(p));
   }
-  run.seconds = seconds_since(start);
 
-  if (!write_reports(reporters, run)) return kExitHarness;
+  gc::ConsoleReporter console(std::cout, args.verbose);
+  gc::ReporterMux files;
+  ReportPaths paths_out = args.reports;
+  paths_out.add_reporters(files, args.exec.report_dir, "graphcheck", "junit.xml");
+  gc::RunRecord run = new_run(args.exec, shard_index, total_shards);
+  fmt::print("libtorch intra-op threads: {}; {}\n", run.threads,
+             run.isolated ? fmt::format("each scenario in its own process, {} at once, timeout {}", run.jobs,
+                                        args.exec.timeout > 0 ? fmt::format("{:g} s", args.exec.timeout) : "none")
+                          : std::string("in this process (--no-isolate)"));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::optional<gc::ScenarioRecord>> records(plan.size());
+  bool writable = true;
+  // Reports are rewritten after every scenario, marked incomplete until the run ends.
+  auto publish = [&](bool complete) {
+    run.scenarios.clear();
+    for (const auto& r : records) {
+      if (r) run.scenarios.push_back(*r);
+    }
+    run.complete = complete;
+    run.seconds = seconds_since(start);
+    writable = write_reports(files, run) && writable;
+  };
+  gc::cli::install_stop_handlers();
+  const std::vector<std::size_t> stopped =
+      execute(plan, args.exec, &console, [&](std::size_t i, gc::ScenarioRecord r) {
+        records[i] = std::move(r);
+        publish(false);
+      });
+  const int signal = gc::cli::g_stop_signal;
+  if (signal != 0) {
+    std::vector<std::string> names;
+    for (std::size_t i : stopped) names.push_back(plan[i].scenario->name);
+    run.incomplete_reason = stop_reason(signal, plan.size() - stopped.size(), plan.size(), names);
+  }
+  publish(signal == 0);
+  console.on_run_done(run);
+  if (!writable) return kExitHarness;
   fmt::print("reports: {}\n", paths_out.written());
+  if (signal != 0) {
+    fmt::print(stderr, "graphcheck: {}\n", run.incomplete_reason);
+    return 128 + signal;
+  }
   if (runnable == 0) {
     fmt::print(stderr, "graphcheck: no scenario could run with the mutations given\n");
     return kExitUsage;
@@ -255,79 +478,107 @@ int cmd_run(const RunArgs& args) {
 // ---- mutants ------------------------------------------------------------------------------
 
 struct MutantsArgs {
-  int threads = 1;
   std::vector<std::string> paths;
   std::string filter;
-  std::string backend = "auto";
-  std::string report_dir = "reports/out";
+  ExecArgs exec;
   ReportPaths reports;
 };
 
 // Runs every scenario clean and with each mutation it declares; the kill matrix is data in the
 // run record (every report holds it) and is printed row by row as it is computed.
 int cmd_mutants(const MutantsArgs& args) {
-  bool ok = true;
   const bool whole_suite = args.paths.empty() && args.filter.empty();
-  std::vector<std::string> paths = args.paths.empty() ? std::vector<std::string>{"scenarios"} : args.paths;
-  std::vector<gc::Scenario> scenarios = load_scenarios(paths, ok);
-  if (!ok) return kExitUsage;
-  if (!filter_scenarios(scenarios, args.filter)) return kExitUsage;
-  if (!announce_backend(args.backend)) return kExitUsage;
+  std::vector<gc::Scenario> scenarios;
+  int shard_index = 0, total_shards = 1;
+  if (!select_scenarios(args.paths, args.filter, args.exec, scenarios, shard_index, total_shards)) return kExitUsage;
+  if (!announce_backend(args.exec.backend)) return kExitUsage;
+
+  // Each scenario clean, then with each mutation it declares.
+  std::vector<Planned> plan;
+  std::vector<std::string> plan_mutation;  // "" for the clean run
+  std::vector<std::size_t> plan_clean;     // the item of the scenario's clean run
+  std::set<std::string> declared_anywhere;
+  for (const auto& s : scenarios) {
+    const std::size_t clean = plan.size();
+    plan.push_back({&s, {}, ""});
+    plan_mutation.push_back("");
+    plan_clean.push_back(clean);
+    for (const auto& [mutation, declared] : s.mutations) {
+      declared_anywhere.insert(mutation);
+      Planned p{&s, {mutation}, ""};
+      const gc::mutation::Info* info = gc::mutation::find(mutation);
+      if (!gc::mutation::applies_to(*info, s.fixture)) p.skip = fmt::format("the mutation belongs to fixture '{}'", info->owner);
+      plan.push_back(std::move(p));
+      plan_mutation.push_back(mutation);
+      plan_clean.push_back(clean);
+    }
+  }
 
   gc::KillMatrix matrix;
   matrix.probes = gc::ProbeRegistry::get().names();
   matrix.probes.push_back("driver");
-  gc::RunRecord run;
-  run.tool_version = GRAPHCHECK_VERSION;
-  run.started_at = now_iso8601();
-  run.threads = gc::set_intra_op_threads(args.threads);
-  run.environment = gc::run_environment(args.backend);
+  gc::ReporterMux files;
+  ReportPaths paths_out = args.reports;
+  paths_out.add_reporters(files, args.exec.report_dir, "mutants", "mutants-junit.xml");
+  gc::RunRecord run = new_run(args.exec, shard_index, total_shards);
   const auto start = std::chrono::steady_clock::now();
-  std::set<std::string> declared_anywhere;
 
   fmt::print("{}\n", gc::kill_matrix_header(matrix));
   fmt::print("(a cell names the pass whose finding killed the mutation; a probe is credited only "
              "with findings from its own passes, where no other check disturbs the run)\n");
-  auto add_row = [&](gc::KillMatrixRow row) {
-    if (!row.ok()) matrix.problems.push_back(fmt::format("{} {}: {}", row.scenario,
-                                                         row.mutation.empty() ? "(clean)" : row.mutation,
-                                                         row.verdict));
-    fmt::print("{}\n", gc::kill_matrix_line(matrix, row));
-    std::cout.flush();
-    matrix.rows.push_back(std::move(row));
+  std::vector<std::optional<gc::ScenarioRecord>> records(plan.size());
+  std::vector<std::set<std::string>> clean_failed(plan.size());
+  std::size_t next_row = 0;  // rows are judged and printed in plan order
+  bool writable = true;
+  auto publish = [&](bool complete) {
+    run.kill_matrix = matrix;
+    run.complete = complete;
+    run.seconds = seconds_since(start);
+    writable = write_reports(files, run) && writable;
   };
-
-  for (const auto& s : scenarios) {
-    gc::RunOptions options;
-    options.backend = args.backend;
-    options.work_dir = (fs::path(args.report_dir) / "work").string();
-    const double clean_started = seconds_since(start);
-    gc::ScenarioRecord clean = gc::run_scenario(s, options);
-    clean.start = clean_started;
-    const std::set<std::string> clean_failed = clean.failed_probes();
-    add_row(gc::kill_matrix_row(matrix, clean, "", {}));
-    run.scenarios.push_back(std::move(clean));
-    for (const auto& [mutation, declared] : s.mutations) {
-      declared_anywhere.insert(mutation);
-      if (!gc::mutation::applies_to(*gc::mutation::find(mutation), s.fixture)) {
-        gc::KillMatrixRow row;
-        row.scenario = s.name;
+  auto add_rows = [&]() {
+    while (next_row < plan.size() && records[next_row]) {
+      gc::ScenarioRecord& r = *records[next_row];
+      const std::string& mutation = plan_mutation[next_row];
+      gc::KillMatrixRow row;
+      if (mutation.empty()) {
+        clean_failed[next_row] = r.failed_probes();
+        row = gc::kill_matrix_row(matrix, r, "", {});
+      } else if (!plan[next_row].skip.empty()) {
+        row.scenario = r.name;
         row.mutation = mutation;
-        row.verdict = fmt::format("FAIL: the mutation belongs to fixture '{}'", gc::mutation::find(mutation)->owner);
-        add_row(std::move(row));
-        continue;
+        row.verdict = "FAIL: " + plan[next_row].skip;
+      } else {
+        // The verdict again, now net of what the clean run already failed.
+        const auto& clean = clean_failed[plan_clean[next_row]];
+        r.verdicts = {gc::judge_mutation(r, mutation, clean)};
+        row = gc::kill_matrix_row(matrix, r, mutation, clean);
       }
-      options.mutations = {mutation};
-      const double started = seconds_since(start);
-      gc::ScenarioRecord r = gc::run_scenario(s, options);
-      r.start = started;
-      // The verdict again, now net of what the clean run already failed.
-      r.verdicts = {gc::judge_mutation(r, mutation, clean_failed)};
-      add_row(gc::kill_matrix_row(matrix, r, mutation, clean_failed));
-      run.scenarios.push_back(std::move(r));
+      if (!row.ok()) {
+        matrix.problems.push_back(fmt::format("{} {}: {}", row.scenario, mutation.empty() ? "(clean)" : mutation, row.verdict));
+      }
+      fmt::print("{}\n", gc::kill_matrix_line(matrix, row));
+      std::cout.flush();
+      matrix.rows.push_back(std::move(row));
+      if (plan[next_row].skip.empty()) run.scenarios.push_back(r);
+      ++next_row;
     }
-  }
-  if (whole_suite) {
+  };
+  gc::cli::install_stop_handlers();
+  const std::vector<std::size_t> stopped = execute(plan, args.exec, nullptr, [&](std::size_t i, gc::ScenarioRecord r) {
+    records[i] = std::move(r);
+    add_rows();
+    publish(false);
+  });
+  const int signal = gc::cli::g_stop_signal;
+  if (signal != 0) {
+    std::vector<std::string> names;
+    for (std::size_t i : stopped) {
+      names.push_back(plan_mutation[i].empty() ? plan[i].scenario->name + " (clean)"
+                                               : plan[i].scenario->name + " " + plan_mutation[i]);
+    }
+    run.incomplete_reason = stop_reason(signal, plan.size() - stopped.size(), plan.size(), names);
+  } else if (whole_suite && total_shards == 1) {
     for (const auto& m : gc::mutation::all()) {
       if (declared_anywhere.count(m.name)) continue;
       const std::string problem =
@@ -336,16 +587,16 @@ int cmd_mutants(const MutantsArgs& args) {
       matrix.problems.push_back(problem);
     }
   }
-  run.seconds = seconds_since(start);
-  const std::size_t problems = matrix.problems.size();
-  run.kill_matrix = std::move(matrix);
-  gc::ReporterMux reporters;
-  ReportPaths paths_out = args.reports;
-  paths_out.add_reporters(reporters, args.report_dir, "mutants", "mutants-junit.xml");
-  if (!write_reports(reporters, run)) return kExitHarness;
-  fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {}\n", run.scenarios.size(), problems, run.seconds,
-             paths_out.written());
-  return problems == 0 ? kExitPassed : 1;
+  publish(signal == 0);
+  if (!writable) return kExitHarness;
+  fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {}\n", run.scenarios.size(), matrix.problems.size(),
+             run.seconds, paths_out.written());
+  if (signal != 0) {
+    fmt::print(stderr, "graphcheck: {}\n", run.incomplete_reason);
+    return 128 + signal;
+  }
+  if (run.count(gc::Status::crashed)) return kExitHarness;
+  return matrix.problems.empty() ? kExitPassed : 1;
 }
 
 // ---- compare ------------------------------------------------------------------------------
@@ -498,44 +749,54 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   RunArgs run_args;
-  CLI::App* run = app.add_subcommand("run", "Run scenario files (default: scenarios/)");
+  CLI::App* run = app.add_subcommand(
+      "run", "Run scenario files (default: scenarios/), each in a child process of its own. Reports "
+             "are rewritten after every scenario (marked incomplete until the run ends). Exit 0 all "
+             "passed, 1 a check failed, 2 bad usage/scenario/checkpoint, 3 a scenario crashed or "
+             "timed out, 128+N stopped by signal N (SIGINT, SIGTERM)");
   run->add_option("paths", run_args.paths, "Scenario files or directories");
   run->add_option("--filter", run_args.filter, "Only scenarios whose name matches this glob");
-  run->add_option("--backend", run_args.backend, "Graph backend: auto, emulated or cuda")
-      ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
   run->add_option("--mutation", run_args.mutations,
                   "Enable a mutation (repeatable): re-introduces a known bug; see `graphcheck list`");
-  run->add_option("--seed", run_args.seed, "Replace each scenario's seed");
-  run->add_option("--report-dir", run_args.report_dir,
-                  "Where reports (JSON, JUnit, Markdown, HTML, Chrome trace) and generated checkpoints go")
+  run->add_option("--seed", run_args.exec.seed, "Replace each scenario's seed");
+  run->add_option("--report-dir", run_args.exec.report_dir,
+                  "Where reports (JSON, JUnit, Markdown, HTML, Chrome trace), generated checkpoints "
+                  "and each scenario's process output (work/<scenario>/run-N.log) go")
       ->capture_default_str();
   run_args.reports.add_options(run, "graphcheck", "junit.xml");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
-  run->add_option("--threads", run_args.threads,
-                  "libtorch intra-op threads (0: libtorch's default, one per core). The default 1 "
-                  "suits a shared CI machine: the scenarios are small, and threads that outnumber "
-                  "free cores make them several times slower")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+  run_args.exec.add_options(run);
 
   MutantsArgs mutants_args;
   CLI::App* mutants = app.add_subcommand(
       "mutants", "Run each scenario clean and with every mutation it declares; print the kill "
-                 "matrix (exit 1 when a declared probe misses its mutation or a clean run fails)");
+                 "matrix (exit 1 when a declared probe misses its mutation or a clean run fails, 3 "
+                 "when a run crashed)");
   mutants->add_option("paths", mutants_args.paths, "Scenario files or directories (default: scenarios/)");
-  mutants->add_option("--backend", mutants_args.backend, "Graph backend: auto, emulated or cuda")
-      ->check(CLI::IsMember({"auto", "emulated", "cuda"}));
   mutants->add_option("--filter", mutants_args.filter, "Only scenarios whose name matches this glob");
-  mutants->add_option("--report-dir", mutants_args.report_dir,
+  mutants->add_option("--report-dir", mutants_args.exec.report_dir,
                       "Where the reports (mutants.json, mutants-junit.xml with one test case per "
                       "kill-matrix row, mutants.md, mutants.html, mutants-trace.json) and generated "
                       "checkpoints go")
       ->capture_default_str();
   mutants_args.reports.add_options(mutants, "mutants", "mutants-junit.xml");
-  mutants->add_option("--threads", mutants_args.threads,
-                      "libtorch intra-op threads (0: libtorch's default); see run --threads")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+  mutants_args.exec.add_options(mutants);
+
+  // The child process of an isolated run (not for people: no help entry).
+  std::string child_file, child_record;
+  int child_progress_fd = -1, child_threads = 1;
+  gc::RunOptions child_options;
+  std::vector<std::string> child_mutations;
+  CLI::App* child = app.add_subcommand("__scenario", "");
+  child->group("");
+  child->add_option("file", child_file)->required();
+  child->add_option("--record", child_record)->required();
+  child->add_option("--progress-fd", child_progress_fd);
+  child->add_option("--backend", child_options.backend);
+  child->add_option("--work-dir", child_options.work_dir);
+  child->add_option("--threads", child_threads);
+  child->add_option("--seed", child_options.seed);
+  child->add_option("--mutation", child_mutations);
 
   std::string compare_base, compare_new, compare_markdown;
   gc::CompareOptions compare_options;
@@ -584,6 +845,10 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*child) {
+      child_options.mutations.insert(child_mutations.begin(), child_mutations.end());
+      return gc::cli::run_child(child_file, child_options, child_threads, child_record, child_progress_fd);
+    }
     if (*run) return cmd_run(run_args);
     if (*mutants) return cmd_mutants(mutants_args);
     if (*compare) return cmd_compare(compare_base, compare_new, compare_options, compare_markdown);

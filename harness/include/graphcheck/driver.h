@@ -26,6 +26,9 @@ class ProgressListener {
   virtual ~ProgressListener() = default;
   virtual void on_scenario_start(const Scenario& scenario, int index, int total) {}
   virtual void on_phase(const std::string& phase, int cycle, std::int64_t batch_size) {}
+  // Every phase window of every pass as it begins (on_phase: the observe pass only). A child
+  // process reports these to its parent, which names the last one when the child crashes.
+  virtual void on_step(const std::string& pass, const std::string& phase, int cycle, std::int64_t batch_size) {}
   virtual void on_scenario_done(const ScenarioRecord& record) {}
 };
 

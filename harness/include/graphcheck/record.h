@@ -13,7 +13,7 @@
 namespace graphcheck {
 
 // Bumped on any incompatible change to the JSON report (reports/schema/).
-inline constexpr int kReportSchemaVersion = 3;
+inline constexpr int kReportSchemaVersion = 4;
 
 enum class Status {
   passed,   // every check held
@@ -72,6 +72,20 @@ struct Span {
   double seconds = 0;  // wall clock, the probes' and the harness's work included
 };
 
+// How a scenario's own process ended when it did not end with a record (DESIGN §2.8: each
+// scenario runs in a child process; a crash costs that scenario, not the run).
+struct CrashInfo {
+  std::string cause;        // "signal", "timeout", "exit" (exited without a record)
+  std::string signal;       // "SIGSEGV (Segmentation fault)"; empty unless cause is signal/timeout
+  int exit_code = 0;        // cause "exit": the status it exited with
+  double timeout = 0;       // cause "timeout": the limit, seconds
+  std::string last_pass;    // the last pass and phase it reported reaching; empty if none
+  std::string last_phase;
+  int last_cycle = 0;
+  std::string stderr_tail;  // the end of what it wrote to stdout and stderr
+  std::string log;          // where its whole output is kept
+};
+
 struct ScenarioRecord {
   std::string name;
   std::string file;
@@ -90,11 +104,18 @@ struct ScenarioRecord {
   std::vector<Measurement> measurements;
   std::vector<MutationVerdict> verdicts;  // one per enabled mutation
   std::vector<Span> spans;               // every pass and phase window, in start order
+  std::optional<CrashInfo> crash;        // its process crashed, hung or was killed
+  int repeats = 1;                       // --repeat: how many times it ran (the record is the first)
   double start = 0;                      // seconds since the run started
   double seconds = 0;
 
   [[nodiscard]] std::set<std::string> failed_probes() const;
 };
+
+// --repeat: the first run's record, plus a finding of probe "repeat" for every check whose outcome
+// changed across the runs (failed in some, held in others) and for a status that changed. Such a
+// record fails: a flaky check is a bug of its own.
+[[nodiscard]] ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs);
 
 // The kill matrix of `graphcheck mutants`: each scenario clean and with every mutation it
 // declares.
@@ -121,6 +142,14 @@ struct RunRecord {
   // What ran: graphcheck, libtorch, compiler, backend ... as (name, version) pairs, in order.
   std::vector<std::pair<std::string, std::string>> environment;
   std::optional<KillMatrix> kill_matrix;  // graphcheck mutants only
+  // Reports are rewritten after every scenario: until the run ends they say it is incomplete
+  // (and, when it was stopped, why).
+  bool complete = true;
+  std::string incomplete_reason;
+  int shard_index = 0;   // --shard-index / GTEST_SHARD_INDEX
+  int total_shards = 1;  // --total-shards / GTEST_TOTAL_SHARDS
+  bool isolated = false;  // each scenario ran in a child process
+  int jobs = 1;           // -j: scenarios at once
   std::vector<ScenarioRecord> scenarios;
   double seconds = 0;
 

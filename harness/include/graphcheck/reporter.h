@@ -112,6 +112,10 @@ class ReporterMux : public Reporter {
 [[nodiscard]] std::string verdict_line(const ScenarioRecord& record, const MutationVerdict& verdict);
 
 [[nodiscard]] std::string json_report(const RunRecord& run);
+// One scenario record as one line of JSON (a child process's record, a journal line), and back;
+// the reader throws std::runtime_error on text that is not such a record.
+[[nodiscard]] std::string scenario_record_json(const ScenarioRecord& record);
+[[nodiscard]] ScenarioRecord scenario_record_from_json(const std::string& text);
 [[nodiscard]] std::string junit_report(const RunRecord& run);
 [[nodiscard]] std::string markdown_report(const RunRecord& run);
 [[nodiscard]] std::string html_report(const RunRecord& run);

@@ -47,6 +47,23 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
              r.backend.empty() ? "" : fmt::format(" on {}", r.backend),
              r.mutations.empty() ? "" : fmt::format(" (mutations: {})", fmt::join(r.mutations, ", ")));
   if (!r.reason.empty()) fmt::print(m_out, "     {}\n", r.reason);
+  if (r.crash && !r.crash->stderr_tail.empty()) {
+    // The last lines of the crashed process's output.
+    std::vector<std::string> lines;
+    std::string line;
+    for (char c : r.crash->stderr_tail) {
+      if (c == '\n') {
+        lines.push_back(line);
+        line.clear();
+      } else {
+        line += c;
+      }
+    }
+    lines.push_back(line);
+    const std::size_t from = lines.size() > 12 ? lines.size() - 12 : 0;
+    fmt::print(m_out, "     its output ends:\n");
+    for (std::size_t i = from; i < lines.size(); ++i) fmt::print(m_out, "       | {}\n", lines[i]);
+  }
   for (const auto& f : r.findings) {
     fmt::print(m_out, "     FAIL [{}] {} ({}phase {}, cycle {}{})\n", f.probe, f.subject,
                f.pass.empty() ? "" : fmt::format("{} pass, ", f.pass), f.phase, f.cycle,

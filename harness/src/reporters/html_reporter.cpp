@@ -50,6 +50,7 @@ details.scenario { background: #fff; border: 1px solid var(--line); border-radiu
 details.scenario > summary { cursor: pointer; padding: 8px 12px; }
 details.scenario > .body { padding: 0 12px 12px; border-top: 1px solid var(--line); }
 .reason { border-left: 3px solid var(--warn); padding: 4px 8px; background: #fff8c5; }
+pre.mono { white-space: pre-wrap; background: #f6f8fa; border: 1px solid var(--line); padding: 6px; max-height: 320px; overflow: auto; }
 .finding { border-left: 3px solid var(--bad); padding: 4px 10px; margin: 8px 0; background: #fff5f5; }
 .finding .where { color: var(--muted); font-size: 12px; }
 .finding details.evidence { margin-top: 2px; }
@@ -294,6 +295,11 @@ std::string scenario_html(const ScenarioRecord& r, std::size_t index, bool open)
                    r.passes.empty() ? "" : fmt::format(" · passes {}", esc(fmt::format("{}", fmt::join(r.passes, ", ")))));
   if (!r.description.empty()) h += fmt::format("<p>{}</p>", esc(r.description));
   if (!r.reason.empty()) h += fmt::format("<p class=\"reason\">{}</p>", esc(r.reason));
+  if (r.crash && !r.crash->stderr_tail.empty()) {
+    h += fmt::format("<details class=\"crash\" open><summary>the end of its output</summary><pre class=\"mono\">{}</pre>"
+                     "</details>",
+                     esc(r.crash->stderr_tail));
+  }
   if (!r.verdicts.empty()) {
     h += "<ul class=\"verdicts\">";
     for (const auto& v : r.verdicts) {
@@ -366,9 +372,16 @@ std::string html_report(const RunRecord& run) {
                    run.scenarios.size(), run.count(Status::passed), run.count(Status::failed),
                    run.count(Status::error), run.count(Status::crashed), run.count(Status::skipped),
                    esc(report::format_seconds(run.seconds)));
+  if (!run.complete) {
+    h += fmt::format("<div class=\"reason incomplete\"><b>Incomplete run:</b> {}</div>",
+                     run.incomplete_reason.empty() ? std::string("it is still going, or it ended before it could say so")
+                                                   : esc(run.incomplete_reason));
+  }
   std::vector<std::string> env;
   for (const auto& [k, v] : run.environment) env.push_back(fmt::format("{} <code>{}</code>", esc(k), esc(v)));
   env.push_back(fmt::format("threads {}", run.threads));
+  if (run.isolated) env.push_back(fmt::format("isolated, -j {}", run.jobs));
+  if (run.total_shards > 1) env.push_back(fmt::format("shard {} of {}", run.shard_index, run.total_shards));
   env.push_back(fmt::format("started {}", esc(run.started_at)));
   h += fmt::format("<div class=\"env\">{}</div>", fmt::join(env, " · "));
   h += "<div class=\"filters\"><b>Show</b>";

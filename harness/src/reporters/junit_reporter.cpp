@@ -106,6 +106,9 @@ std::string junit_report(const RunRecord& run) {
       } else {
         xml += fmt::format("      <error message=\"{}\" type=\"{}\">{}</error>\n",
                            xml_escape(r->reason), to_string(r->status), xml_escape(r->reason));
+        if (r->crash && !r->crash->stderr_tail.empty()) {
+          xml += fmt::format("      <system-err>{}</system-err>\n", xml_escape(r->crash->stderr_tail));
+        }
       }
       xml += "    </testcase>\n";
     }

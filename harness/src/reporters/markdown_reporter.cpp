@@ -62,6 +62,12 @@ void failure_section(std::string& md, const ScenarioRecord& r) {
   md += fmt::format("{} · fixture {} · backend {}\n\n", code(r.file), code(r.fixture),
                     r.backend.empty() ? "-" : code(r.backend));
   if (!r.reason.empty()) md += fmt::format("> {}\n\n", text(r.reason));
+  if (r.crash && !r.crash->stderr_tail.empty()) {
+    md += "<details><summary>the end of its output</summary>\n\n```\n";
+    std::string tail = r.crash->stderr_tail;
+    for (std::size_t at = 0; (at = tail.find("```", at)) != std::string::npos;) tail.replace(at, 3, "'''");
+    md += tail + "\n```\n\n</details>\n\n";
+  }
   // The first findings of each scenario, and a count of the rest (every report file has them all).
   constexpr std::size_t kShown = 5;
   for (std::size_t i = 0; i < r.findings.size(); ++i) {
@@ -104,9 +110,16 @@ std::string markdown_report(const RunRecord& run) {
                       run.count(Status::error), run.count(Status::crashed), run.count(Status::skipped),
                       report::format_seconds(run.seconds));
   }
+  if (!run.complete) {
+    md += fmt::format("> ⚠️ **Incomplete run**: {}\n\n",
+                      run.incomplete_reason.empty() ? std::string("it is still going, or it ended before it could say so")
+                                                    : text(run.incomplete_reason));
+  }
   std::vector<std::string> env;
   for (const auto& [k, v] : run.environment) env.push_back(fmt::format("{} {}", k, code(v)));
   env.push_back(fmt::format("threads {}", run.threads));
+  if (run.isolated) env.push_back(fmt::format("isolated, -j {}", run.jobs));
+  if (run.total_shards > 1) env.push_back(fmt::format("shard {} of {}", run.shard_index, run.total_shards));
   env.push_back(fmt::format("started {}", run.started_at));
   md += fmt::format("{}\n", fmt::join(env, " · "));
 

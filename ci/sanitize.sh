@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# An ASan + UBSan build of the library, the CLI and the tests (in ${GRAPHCHECK_SANITIZE_BUILD_DIR:-
+# build-asan}), then every test under it: unit, end-to-end (the scenario suite, every mutation,
+# the crash isolation), reports. libtorch itself is not instrumented; what it reports is
+# suppressed in ci/sanitizer/*.supp, each line with its reason. Any other report fails the run.
+#
+#   GRAPHCHECK_SANITIZE_TESTS   a ctest -R regex to run a subset (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+build="${GRAPHCHECK_SANITIZE_BUILD_DIR:-build-asan}"
+generator=()
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+# -O1 -g1: ASan's usual optimisation, and line tables for its stack traces at little compile cost.
+# No CUDA kernels (nvcc takes no host sanitizer flags) and no benchmarks.
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DGRAPHCHECK_SANITIZE=address,undefined \
+  -DGRAPHCHECK_CUDA=OFF -DGRAPHCHECK_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build" --parallel "$(nproc)"
+
+supp="$PWD/ci/sanitizer"
+# The CLI sets exitcode=3 itself; the test executables get it here. A report halts the process.
+export ASAN_OPTIONS="exitcode=3:detect_leaks=1:strict_string_checks=1:check_initialization_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export UBSAN_OPTIONS="exitcode=3:halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+args=(--test-dir "$build" --output-on-failure --parallel "$(nproc)")
+if [[ -n ${GRAPHCHECK_SANITIZE_TESTS:-} ]]; then args+=(-R "$GRAPHCHECK_SANITIZE_TESTS"); fi
+ctest "${args[@]}"

@@ -1,0 +1,387 @@
+#include "scenario_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "graphcheck/reporter.h"
+
+namespace graphcheck::cli {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+extern "C" void on_stop_signal(int signal) {
+  if (g_stop_signal != 0) {
+    // A second signal: stop now.
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  g_stop_signal = signal;
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The last `max_bytes` of a file, cut to whole lines where it can be.
+std::string file_tail(const std::string& path, std::size_t max_bytes = 3000) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes) ? size - static_cast<std::streamoff>(max_bytes) : 0;
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (from > 0) {
+    const auto nl = text.find('\n');
+    if (nl != std::string::npos && nl + 1 < text.size()) text = "…" + text.substr(nl + 1);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this program's path (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+// Writes every step to the parent as "step\t<pass>\t<phase>\t<cycle>\t<batch>\n".
+class StepWriter final : public ProgressListener {
+ public:
+  explicit StepWriter(int fd) : m_fd(fd) {}
+  void on_step(const std::string& pass, const std::string& phase, int cycle, std::int64_t batch_size) override {
+    if (m_fd < 0) return;
+    const std::string line = fmt::format("step\t{}\t{}\t{}\t{}\n", pass, phase, cycle, batch_size);
+    // One write per line (under PIPE_BUF, so it is atomic); a parent that went away is ignored.
+    [[maybe_unused]] const ssize_t n = ::write(m_fd, line.data(), line.size());
+  }
+
+ private:
+  int m_fd;
+};
+
+struct Child {
+  std::size_t job = 0;
+  pid_t pid = -1;
+  int progress = -1;  // read end
+  Clock::time_point start;
+  std::string pending;  // a partial progress line
+  std::string last_pass, last_phase;
+  int last_cycle = 0;
+  bool timed_out = false;
+  bool stopped = false;  // killed for a stop signal
+  std::optional<Clock::time_point> killed_at;
+};
+
+ScenarioRecord base_record(const Job& job) {
+  ScenarioRecord r;
+  r.name = job.scenario->name;
+  r.file = job.scenario->file;
+  r.description = job.scenario->description;
+  r.fixture = job.scenario->fixture;
+  r.expected_catches = job.scenario->mutations;
+  r.mutations.assign(job.options.mutations.begin(), job.options.mutations.end());
+  return r;
+}
+
+// A record for a child that left none: what ended it, where it was, what it last wrote.
+ScenarioRecord crashed_record(const Job& job, const Child& c, int status) {
+  ScenarioRecord r = base_record(job);
+  r.status = Status::crashed;
+  r.seconds = since(c.start);
+  CrashInfo info;
+  info.last_pass = c.last_pass;
+  info.last_phase = c.last_phase;
+  info.last_cycle = c.last_cycle;
+  info.stderr_tail = file_tail(job.log_path);
+  info.log = job.log_path;
+  std::string what;
+  if (c.timed_out) {
+    info.cause = "timeout";
+    info.timeout = job.timeout;
+    info.signal = WIFSIGNALED(status) ? signal_name(WTERMSIG(status)) : "";
+    what = fmt::format("timed out after {:g} s and was killed (--timeout, or the scenario's timeout key)",
+                       job.timeout);
+  } else if (WIFSIGNALED(status)) {
+    info.cause = "signal";
+    info.signal = signal_name(WTERMSIG(status));
+    what = fmt::format("was killed by {}", info.signal);
+    if (WTERMSIG(status) == SIGKILL) what += " (out of memory, or killed from outside)";
+  } else {
+    info.cause = "exit";
+    info.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    what = fmt::format("exited with code {} without writing its record", info.exit_code);
+    if (info.stderr_tail.find("Sanitizer") != std::string::npos || info.stderr_tail.find("runtime error:") != std::string::npos) {
+      what += " (a sanitizer report)";
+    }
+  }
+  const std::string where =
+      info.last_phase.empty()
+          ? std::string("before its first phase")
+          : fmt::format("in the {} pass, phase {} ({}), the last step it reported", info.last_pass, info.last_phase,
+                        info.last_cycle == 0 ? std::string("initial load") : fmt::format("refit cycle {}", info.last_cycle));
+  r.reason = fmt::format("the scenario's process {} {}; its output is in {}", what, where, job.log_path);
+  r.crash = std::move(info);
+  return r;
+}
+
+// Reads what a child's progress pipe has; returns false at end of file.
+bool drain(Child& c, const RunnerEvents& events, bool forward) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(c.progress, buf, sizeof buf);
+    if (n > 0) {
+      c.pending.append(buf, static_cast<std::size_t>(n));
+      std::size_t nl;
+      while ((nl = c.pending.find('\n')) != std::string::npos) {
+        const std::string line = c.pending.substr(0, nl);
+        c.pending.erase(0, nl + 1);
+        std::istringstream in(line);
+        std::string tag, pass, phase, cycle, batch;
+        if (std::getline(in, tag, '\t') && tag == "step" && std::getline(in, pass, '\t') &&
+            std::getline(in, phase, '\t') && std::getline(in, cycle, '\t') && std::getline(in, batch)) {
+          c.last_pass = pass;
+          c.last_phase = phase;
+          c.last_cycle = std::atoi(cycle.c_str());
+          if (forward && events.step) events.step(c.job, pass, phase, c.last_cycle, std::atoll(batch.c_str()));
+        }
+      }
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return true;  // EAGAIN: nothing more for now
+  }
+}
+
+Child launch(const Job& job, std::size_t index, const RunnerOptions& options, const std::string& exe) {
+  std::error_code ec;
+  fs::create_directories(fs::path(job.log_path).parent_path(), ec);
+  fs::create_directories(fs::path(job.record_path).parent_path(), ec);
+  fs::remove(job.record_path, ec);
+  std::vector<std::string> args = {exe,
+                                   "__scenario",
+                                   job.scenario->file,
+                                   "--record",
+                                   job.record_path,
+                                   "--progress-fd",
+                                   "3",
+                                   "--backend",
+                                   job.options.backend,
+                                   "--work-dir",
+                                   job.options.work_dir,
+                                   "--threads",
+                                   std::to_string(options.threads)};
+  if (job.options.seed) {
+    args.push_back("--seed");
+    args.push_back(std::to_string(*job.options.seed));
+  }
+  for (const auto& m : job.options.mutations) {
+    args.push_back("--mutation");
+    args.push_back(m);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+  const int log = ::open(job.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log < 0) {
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    throw std::runtime_error(fmt::format("cannot write {}: {}", job.log_path, std::strerror(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    ::close(log);
+    throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    // Child: its own process group (a terminal's Ctrl-C goes to the parent, which stops it),
+    // output to the log, steps on fd 3. Only async-signal-safe calls until exec.
+    ::setpgid(0, 0);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::dup2(log, 1);
+    ::dup2(log, 2);
+    ::dup2(pipefd[1], 3);
+    ::execv(exe.c_str(), argv.data());
+    const char msg[] = "graphcheck: exec of the scenario process failed\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  ::close(log);
+  ::fcntl(pipefd[0], F_SETFL, ::fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
+  Child c;
+  c.job = index;
+  c.pid = pid;
+  c.progress = pipefd[0];
+  c.start = Clock::now();
+  return c;
+}
+
+ScenarioRecord finish(const Job& job, Child& c, int status) {
+  if (!c.timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::ifstream in(job.record_path, std::ios::binary);
+    if (in) {
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      try {
+        return scenario_record_from_json(text);
+      } catch (const std::exception& e) {
+        ScenarioRecord r = base_record(job);
+        r.status = Status::crashed;
+        r.reason = fmt::format("the scenario's process wrote an unreadable record {}: {}", job.record_path, e.what());
+        return r;
+      }
+    }
+  }
+  return crashed_record(job, c, status);
+}
+
+std::vector<std::size_t> run_in_process(const std::vector<Job>& jobs, const RunnerEvents& events) {
+  class Forward final : public ProgressListener {
+   public:
+    Forward(const RunnerEvents& e, std::size_t job) : m_events(e), m_job(job) {}
+    void on_step(const std::string& pass, const std::string& phase, int cycle, std::int64_t b) override {
+      if (m_events.step) m_events.step(m_job, pass, phase, cycle, b);
+    }
+
+   private:
+    const RunnerEvents& m_events;
+    std::size_t m_job;
+  };
+  std::vector<std::size_t> not_run;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (g_stop_signal != 0) {
+      not_run.push_back(i);
+      continue;
+    }
+    if (events.started) events.started(i);
+    Forward forward(events, i);
+    ScenarioRecord r = run_scenario(*jobs[i].scenario, jobs[i].options, &forward);
+    if (events.done) events.done(i, std::move(r));
+  }
+  return not_run;
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR and the loop sees the flag
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string signal_name(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  const char* text = ::strsignal(signal);
+  return fmt::format("SIG{} ({})", abbrev ? abbrev : std::to_string(signal).c_str(), text ? text : "?");
+}
+
+std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOptions& options,
+                                  const RunnerEvents& events) {
+  if (!options.isolate) return run_in_process(jobs, events);
+  const std::string exe = self_exe();
+  const int parallel = std::max(1, options.jobs);
+  std::vector<Child> running;
+  std::vector<std::size_t> not_run;
+  std::size_t next = 0;
+  constexpr double kGrace = 2.0;  // seconds between SIGTERM and SIGKILL
+  while (next < jobs.size() || !running.empty()) {
+    if (g_stop_signal != 0) {
+      for (; next < jobs.size(); ++next) not_run.push_back(next);
+      for (auto& c : running) {
+        if (!c.killed_at) {
+          c.stopped = true;
+          ::kill(c.pid, SIGTERM);
+          c.killed_at = Clock::now();
+        }
+      }
+    }
+    while (static_cast<int>(running.size()) < parallel && next < jobs.size()) {
+      if (events.started) events.started(next);
+      running.push_back(launch(jobs[next], next, options, exe));
+      ++next;
+    }
+    std::vector<pollfd> fds;
+    for (const auto& c : running) fds.push_back({c.progress, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);  // EINTR on a stop signal: fine, the loop looks again
+    const bool forward = parallel == 1;
+    for (std::size_t k = 0; k < running.size();) {
+      Child& c = running[k];
+      drain(c, events, forward);
+      const Job& job = jobs[c.job];
+      if (!c.killed_at && job.timeout > 0 && since(c.start) > job.timeout) {
+        c.timed_out = true;
+        ::kill(c.pid, SIGKILL);  // a hung model may ignore SIGTERM
+        c.killed_at = Clock::now();
+      } else if (c.killed_at && since(*c.killed_at) > kGrace) {
+        ::kill(c.pid, SIGKILL);
+      }
+      int status = 0;
+      const pid_t w = ::waitpid(c.pid, &status, WNOHANG);
+      if (w == c.pid) {
+        drain(c, events, forward);
+        ::close(c.progress);
+        if (c.stopped) {
+          not_run.push_back(c.job);
+        } else if (events.done) {
+          events.done(c.job, finish(job, c, status));
+        }
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      ++k;
+    }
+  }
+  std::sort(not_run.begin(), not_run.end());
+  return not_run;
+}
+
+int run_child(const std::string& scenario_file, const RunOptions& options, int threads,
+              const std::string& record_path, int progress_fd) {
+  ScenarioRecord record;
+  try {
+    const Scenario scenario = parse_scenario_file(scenario_file, default_catalog());
+    set_intra_op_threads(threads);
+    StepWriter steps(progress_fd);
+    record = run_scenario(scenario, options, &steps);
+  } catch (const std::exception& e) {
+    record.file = scenario_file;
+    record.status = Status::error;
+    record.reason = e.what();
+  }
+  try {
+    write_file_atomically(record_path, scenario_record_json(record));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck: cannot write the scenario record: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace graphcheck::cli
