@@ -15,6 +15,9 @@
                                   reasons, every other scenario passed, JUnit agrees
   shards GC SCENARIOS FULL WORKDIR [--total N]
                                   runs GC once per shard; each scenario of FULL in exactly one
+  interrupt GC WORKDIR STOPPED SCENARIO...
+                                  SIGTERM to a run once a scenario passed: exit 143, reports
+                                  valid and marked incomplete, STOPPED named as not run
   same A B [--replace-a T=X] [--replace-b T=X]
                                   two JSON reports equal apart from times, addresses and paths
 
@@ -287,6 +290,50 @@ def cmd_same(args):
           f"({len(a.get('scenarios', []))} scenarios)")
 
 
+def cmd_interrupt(args):
+    """SIGTERM to a run with a scenario still going: it stops within seconds, exits 128+15, and
+    leaves valid reports marked incomplete that hold what finished and name what did not."""
+    import signal
+    import time
+    out = args.workdir
+    shutil.rmtree(out, ignore_errors=True)
+    report = os.path.join(out, "graphcheck.json")
+    proc = subprocess.Popen([args.gc, "run", *args.scenarios, "--timeout", "0", "-j", "2", "--report-dir", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # until the well-behaved scenario is in the report
+        try:
+            if any(s["status"] == "passed" for s in json.load(open(report))["scenarios"]):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        fail("no scenario finished within 120 s")
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        output, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        fail("the run did not stop within 30 s of SIGTERM")
+    took = time.time() - sent
+    if proc.returncode != 128 + signal.SIGTERM:
+        fail(f"exit code {proc.returncode}, want {128 + signal.SIGTERM}:\n{output[-3000:]}")
+    doc = json.load(open(report))
+    if doc["complete"] or "SIGTERM" not in doc["incomplete_reason"] or args.stopped not in doc["incomplete_reason"]:
+        fail(f"{report}: complete={doc['complete']}, incomplete_reason={doc['incomplete_reason']!r}")
+    names = [(s["name"], s["status"]) for s in doc["scenarios"]]
+    if not any(st == "passed" for _, st in names) or any(n == args.stopped for n, _ in names):
+        fail(f"{report}: scenarios {names}")
+    for f in ("graphcheck.md", "graphcheck.html"):
+        if "ncomplete run" not in open(os.path.join(out, f), encoding="utf-8").read():
+            fail(f"{f} does not say the run is incomplete")
+    print(f"stopped {took:.1f} s after SIGTERM with exit {proc.returncode}; the reports hold {names} and say: "
+          f"{doc['incomplete_reason']}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -307,6 +354,8 @@ def main():
     s = sub.add_parser("same"); s.add_argument("a"); s.add_argument("b")
     s.add_argument("--replace-a", nargs="*"); s.add_argument("--replace-b", nargs="*")
     s.set_defaults(fn=cmd_same)
+    s = sub.add_parser("interrupt"); s.add_argument("gc"); s.add_argument("workdir")
+    s.add_argument("stopped"); s.add_argument("scenarios", nargs="+"); s.set_defaults(fn=cmd_interrupt)
     args = p.parse_args()
     args.fn(args)
 

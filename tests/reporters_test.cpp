@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -421,4 +422,67 @@ TEST_F(ReportFiles, BadReportsNameTheFileAndTheProblem) {
   } catch (const gc::ReportError& e) {
     EXPECT_NE(std::string(e.what()).find("nope.json: no such file"), std::string::npos) << e.what();
   }
+}
+
+TEST(Compare, AnIncompleteNewRunIsARegression) {
+  const gc::RunRecord base = two_passing();
+  gc::RunRecord now = base;
+  now.complete = false;
+  now.incomplete_reason = "stopped by SIGTERM (Terminated) after 1 of 2 runs finished";
+  now.scenarios.pop_back();
+  const gc::Comparison c = gc::compare_reports(gc::json_report(base), "b", gc::json_report(now), "n");
+  EXPECT_TRUE(c.regressed());
+  EXPECT_EQ(c.new_incomplete, now.incomplete_reason);
+  EXPECT_NE(gc::comparison_markdown(c).find("the new report is incomplete"), std::string::npos);
+}
+
+TEST(Compare, FiguresOfARunThatStoppedEarlyAreNotCompared) {
+  gc::RunRecord base = two_passing();
+  base.scenarios[0].status = gc::Status::error;
+  base.scenarios[0].seconds = 0.001;
+  const gc::RunRecord now = two_passing();
+  const gc::Comparison c = gc::compare_reports(gc::json_report(base), "b", gc::json_report(now), "n");
+  EXPECT_TRUE(c.regressions.empty()) << gc::comparison_markdown(c);
+  EXPECT_EQ(c.fixed.size(), 1u);
+}
+
+// ---- --repeat ------------------------------------------------------------------------------
+
+TEST(MergeRepeats, ACheckThatFailsInSomeRunsIsFlaky) {
+  gc::ScenarioRecord bad = failing_record();
+  gc::ScenarioRecord good = passing_record();
+  const gc::ScenarioRecord merged = gc::merge_repeats({bad, good, bad});
+  EXPECT_EQ(merged.repeats, 3);
+  EXPECT_EQ(merged.status, gc::Status::failed);
+  const auto flaky = std::find_if(merged.findings.begin(), merged.findings.end(),
+                                  [](const gc::Finding& f) { return f.probe == "repeat" && f.subject == "layers.0.w|<scale>"; });
+  ASSERT_NE(flaky, merged.findings.end());
+  EXPECT_NE(flaky->message.find("failed in run(s) 1, 3 and held in run(s) 2 of 3"), std::string::npos) << flaky->message;
+}
+
+TEST(MergeRepeats, ARunThatCrashedIsNoEvidenceThatAChecksHeld) {
+  gc::ScenarioRecord bad = failing_record();
+  gc::ScenarioRecord crashed = failing_record();
+  crashed.findings.clear();
+  crashed.status = gc::Status::crashed;
+  crashed.reason = "the scenario's process was killed by SIGSEGV";
+  const gc::ScenarioRecord merged = gc::merge_repeats({bad, crashed});
+  EXPECT_EQ(merged.status, gc::Status::crashed);  // the worst run's record
+  EXPECT_EQ(merged.reason, crashed.reason);
+  for (const auto& f : merged.findings) EXPECT_NE(f.subject, "layers.0.w|<scale>") << f.message;  // not "flaky"
+  EXPECT_TRUE(std::any_of(merged.findings.begin(), merged.findings.end(),
+                          [](const gc::Finding& f) { return f.probe == "repeat" && f.subject == "status"; }));
+}
+
+TEST(MergeRepeats, SameOutcomeEveryTimeIsNotFlaky) {
+  const gc::ScenarioRecord merged = gc::merge_repeats({failing_record(), failing_record(), failing_record()});
+  EXPECT_EQ(merged.findings.size(), failing_record().findings.size());
+}
+
+TEST(ReportViews, Utf8CleanReplacesWhatIsNotUtf8) {
+  EXPECT_EQ(gc::report::utf8_clean("ok µs"), "ok µs");
+  EXPECT_EQ(gc::report::utf8_clean("cut \xC2"), "cut \xEF\xBF\xBD");
+  EXPECT_EQ(gc::report::utf8_clean("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(gc::report::utf8_clean("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+  EXPECT_EQ(gc::report::utf8_clean("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
 }

@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <ostream>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -751,7 +755,78 @@ TEST_F(SafetensorsMalformed, MetadataNotStrings) {
 TEST_F(SafetensorsMalformed, NotAFile) {
   const std::string missing = (m_dir / "missing.safetensors").string();
   expect_open_error(missing, {"cannot open", "No such file"});
-  expect_open_error(m_dir.string(), {"not a regular file"});
+  expect_open_error(m_dir.string(), {"is a directory, not a regular file"});
+}
+
+// Special files are refused before open(): an open() of a FIFO with no writer would block for
+// ever, and /dev/zero would never end.
+TEST_F(SafetensorsMalformed, SpecialFilesAreRefusedWithoutBlocking) {
+  const std::string fifo = (m_dir / "pipe.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << "mkfifo " << fifo;
+  const auto start = std::chrono::steady_clock::now();
+  expect_open_error(fifo, {"is a FIFO (named pipe), not a regular file"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  if (fs::exists("/dev/zero")) expect_open_error("/dev/zero", {"is a character device"});
+  // A symlink to a regular file is followed; one to a FIFO is refused.
+  const fs::path link = m_dir / "link.safetensors";
+  fs::create_symlink(fifo, link);
+  expect_open_error(link.string(), {"is a FIFO"});
+}
+
+TEST_F(SafetensorsMalformed, BinaryGarbage) {
+  std::string garbage;
+  std::uint32_t x = 12345;
+  for (int i = 0; i < 4096; ++i) {
+    x = x * 1103515245u + 12345u;
+    garbage.push_back(static_cast<char>(x >> 24));
+  }
+  expect_rejected("garbage.safetensors", garbage, {"header size"});
+  // A plausible size prefix before garbage: the JSON parser says no.
+  expect_rejected("garbage_header.safetensors", le64(100) + garbage, {"not valid JSON"});
+}
+
+// A header with many keys parses in O(n log n): headers are read into std::map objects, not
+// ordered_json's vectors, whose linear search per key made this quadratic.
+TEST_F(SafetensorsAccept, ManyZeroSizeTensorsParseQuickly) {
+  std::string header = "{";
+  constexpr int k_count = 50'000;
+  for (int i = 0; i < k_count; ++i) {
+    if (i != 0) header += ',';
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  }
+  header += "}";
+  const auto start = std::chrono::steady_clock::now();
+  const File file = File::open(put("many.safetensors", image(header)));
+  EXPECT_EQ(file.tensors().size(), static_cast<std::size_t>(k_count));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// File::parse validates an in-memory image exactly as File::open validates a file.
+TEST_F(SafetensorsAccept, ParseInMemoryMatchesOpen) {
+  const std::string bytes = image("{\"w\":" + k_entry_u8_4 + ",\"__metadata__\":{\"k\":\"v\"}}", "abcd");
+  const File mapped = File::open(put("w.safetensors", bytes));
+  File parsed = File::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), "in-memory");
+  EXPECT_EQ(parsed.path(), "in-memory");
+  ASSERT_EQ(parsed.tensors().size(), 1u);
+  EXPECT_EQ(parsed.tensors()[0].name, mapped.tensors()[0].name);
+  EXPECT_EQ(parsed.metadata(), mapped.metadata());
+  EXPECT_EQ(parsed.data_offset(), mapped.data_offset());
+  EXPECT_EQ(std::memcmp(parsed.data(parsed.tensors()[0]), "abcd", 4), 0);
+  // The copy travels with a move.
+  const File moved = std::move(parsed);
+  EXPECT_EQ(std::memcmp(moved.data(moved.tensors()[0]), "abcd", 4), 0);
+
+  const auto parse_error = [](const std::string& image_bytes) {
+    try {
+      (void)File::parse(std::as_bytes(std::span(image_bytes.data(), image_bytes.size())), "mem");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(parse_error("").find("safetensors file 'mem': file is 0 bytes"), std::string::npos);
+  EXPECT_NE(parse_error(le64(~std::uint64_t{0})).find("absurdly large"), std::string::npos);
+  EXPECT_NE(parse_error(le64(9) + "{}").find("past the end of the file"), std::string::npos);
 }
 
 }  // namespace

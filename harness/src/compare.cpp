@@ -32,6 +32,7 @@ struct Entry {
 
 struct Report {
   std::string label;
+  std::string incomplete;  // why the run is marked incomplete; empty when it is complete
   std::vector<std::string> order;
   std::map<std::string, Entry> entries;
 };
@@ -69,7 +70,8 @@ Report parse(const std::string& text, const std::string& path) {
   } catch (const json::parse_error& e) {
     throw ReportError(fmt::format("{}: not JSON: {}", path, e.what()));
   }
-  if (!doc.is_object() || doc.value("tool", "") != "graphcheck") {
+  const auto tool = doc.is_object() ? doc.find("tool") : doc.end();
+  if (!doc.is_object() || tool == doc.end() || !tool->is_string() || tool->get<std::string>() != "graphcheck") {
     throw ReportError(fmt::format("{}: not a graphcheck JSON report (no \"tool\": \"graphcheck\"); give the "
                                   "file `graphcheck run --json` or `graphcheck mutants --json` wrote",
                                   path));
@@ -82,6 +84,10 @@ Report parse(const std::string& text, const std::string& path) {
   Report report;
   report.label = fmt::format("graphcheck {}, started {}", field<std::string>(doc, "tool_version", "?", path, "the report"),
                              field<std::string>(doc, "started_at", "?", path, "the report"));
+  if (!field<bool>(doc, "complete", true, path, "the report")) {
+    report.incomplete = field<std::string>(doc, "incomplete_reason", "", path, "the report");
+    if (report.incomplete.empty()) report.incomplete = "the run had not ended when the report was written";
+  }
   auto scenarios = doc.find("scenarios");
   if (scenarios == doc.end() || !scenarios->is_array()) {
     throw ReportError(fmt::format("{}: 'scenarios' is missing or not an array", path));
@@ -124,7 +130,13 @@ Report parse(const std::string& text, const std::string& path) {
         }
       }
     }
-    if (report.entries.count(name)) name += fmt::format(" #{}", i);  // a repeated record stays apart
+    // A name seen before (the same scenario twice in one run) stays apart: its second record is
+    // "name #2" in both reports, whatever the order around it.
+    if (report.entries.count(name)) {
+      int k = 2;
+      while (report.entries.count(fmt::format("{} #{}", name, k))) ++k;
+      name = fmt::format("{} #{}", name, k);
+    }
     report.order.push_back(name);
     report.entries.emplace(name, std::move(e));
   }
@@ -132,6 +144,9 @@ Report parse(const std::string& text, const std::string& path) {
 }
 
 bool passed(const std::string& status) { return status == "passed" || status == "skipped"; }
+// Whether a record's figures mean anything: it ran its lifecycle (a skipped, erroneous or
+// crashed run stopped early, and its times are not comparable).
+bool measured(const std::string& status) { return status == "passed" || status == "failed"; }
 
 std::vector<std::string> minus(const std::set<std::string>& a, const std::set<std::string>& b) {
   std::vector<std::string> out;
@@ -144,7 +159,7 @@ void compare_metric(Comparison& c, const std::string& scenario, const std::strin
                     double floor) {
   for (const auto& [phase, b] : base) {
     auto it = now.find(phase);
-    if (it == now.end()) continue;
+    if (it == now.end() || !(b > 0)) continue;
     const double n = it->second;
     const double limit = b * (1 + c.options.max_regression_pct / 100);
     if (n > limit && n - b >= floor) {
@@ -175,6 +190,8 @@ Comparison compare_reports(const std::string& base_json, const std::string& base
   c.base_label = base.label;
   c.new_label = now.label;
   c.options = options;
+  c.base_incomplete = base.incomplete;
+  c.new_incomplete = now.incomplete;
   for (const auto& name : base.order) {
     if (!now.entries.count(name)) c.removed.push_back(name);
   }
@@ -201,9 +218,11 @@ Comparison compare_reports(const std::string& base_json, const std::string& base
     } else if (!passed(b.status)) {
       c.still_failing.push_back(std::move(change));
     }
-    compare_metric(c, name, "time", b.time, n.time, options.min_seconds);
-    compare_metric(c, name, "time", {{"scenario", b.seconds}}, {{"scenario", n.seconds}}, options.min_seconds);
-    compare_metric(c, name, "peak memory", b.memory, n.memory, options.min_bytes);
+    if (measured(b.status) && measured(n.status)) {
+      compare_metric(c, name, "time", b.time, n.time, options.min_seconds);
+      compare_metric(c, name, "time", {{"scenario", b.seconds}}, {{"scenario", n.seconds}}, options.min_seconds);
+      compare_metric(c, name, "peak memory", b.memory, n.memory, options.min_bytes);
+    }
   }
   return c;
 }
@@ -219,9 +238,12 @@ std::string comparison_markdown(const Comparison& c) {
   std::string md;
   std::vector<std::string> what;
   if (!c.new_failures.empty()) what.push_back(fmt::format("{} new failure{}", c.new_failures.size(), c.new_failures.size() == 1 ? "" : "s"));
+  if (!c.new_incomplete.empty()) what.push_back("the new run is incomplete");
   if (!c.regressions.empty()) what.push_back(fmt::format("{} regression{} beyond +{:g}%", c.regressions.size(), c.regressions.size() == 1 ? "" : "s", c.options.max_regression_pct));
   md += fmt::format("## graphcheck compare: {}\n\n", c.regressed() ? fmt::format("REGRESSED ({})", fmt::join(what, ", ")) : "no regression");
   md += fmt::format("- base: `{}` ({})\n- new: `{}` ({})\n", cell(c.base_path), cell(c.base_label), cell(c.new_path), cell(c.new_label));
+  if (!c.new_incomplete.empty()) md += fmt::format("- **the new report is incomplete**: {}\n", cell(c.new_incomplete));
+  if (!c.base_incomplete.empty()) md += fmt::format("- the base report is incomplete: {}\n", cell(c.base_incomplete));
   md += fmt::format("- {} scenarios in both, {} added, {} removed; {} fixed, {} still failing\n",
                     c.compared, c.added.size(), c.removed.size(), c.fixed.size(), c.still_failing.size());
   md += fmt::format("- a regression: a figure above base × {:g} and by at least {} of time or {} of memory\n",

@@ -25,10 +25,32 @@ std::set<std::string> ScenarioRecord::failed_probes() const {
   return probes;
 }
 
+namespace {
+
+// How bad a status is, for --repeat: the merged record is the worst run's.
+int severity(Status s) {
+  switch (s) {
+    case Status::skipped: return 0;
+    case Status::passed: return 1;
+    case Status::failed: return 2;
+    case Status::error: return 3;
+    case Status::crashed: return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
 ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs) {
   if (runs.empty()) return {};
   if (runs.size() == 1) return std::move(runs.front());
   const int n = static_cast<int>(runs.size());
+  // Only runs that went through the lifecycle say whether a check held: a crashed, erroneous or
+  // skipped run has no findings because it has no verdicts, not because its checks held.
+  auto judged = [&](int i) {
+    const Status st = runs[static_cast<std::size_t>(i)].status;
+    return st == Status::passed || st == Status::failed;
+  };
   // A check: a probe's finding on one subject at one place of the lifecycle.
   struct Check {
     const Finding* first = nullptr;
@@ -36,6 +58,7 @@ ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs) {
   };
   std::map<std::string, Check> checks;
   for (int i = 0; i < n; ++i) {
+    if (!judged(i)) continue;
     for (const auto& f : runs[static_cast<std::size_t>(i)].findings) {
       const std::string key = fmt::format("{}\t{}\t{}\t{}\t{}\t{}", f.probe, f.pass, f.phase, f.cycle, f.batch_size, f.subject);
       Check& c = checks[key];
@@ -45,11 +68,11 @@ ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs) {
   }
   std::vector<Finding> flaky;
   for (const auto& [key, c] : checks) {
-    if (static_cast<int>(c.failed_in.size()) == n) continue;
     std::vector<int> held;
     for (int i = 1; i <= n; ++i) {
-      if (std::find(c.failed_in.begin(), c.failed_in.end(), i) == c.failed_in.end()) held.push_back(i);
+      if (judged(i - 1) && std::find(c.failed_in.begin(), c.failed_in.end(), i) == c.failed_in.end()) held.push_back(i);
     }
+    if (held.empty()) continue;
     const Finding& f = *c.first;
     Finding x;
     x.probe = "repeat";
@@ -67,11 +90,14 @@ ScenarioRecord merge_repeats(std::vector<ScenarioRecord> runs) {
   }
   std::vector<std::string> statuses;
   bool changed = false;
-  for (const auto& r : runs) {
-    statuses.push_back(to_string(r.status));
-    changed = changed || r.status != runs.front().status;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    statuses.push_back(to_string(runs[i].status));
+    changed = changed || runs[i].status != runs.front().status;
+    if (severity(runs[i].status) > severity(runs[worst].status)) worst = i;
   }
-  ScenarioRecord merged = std::move(runs.front());
+  // The worst run's record (its crash, its reason), with what changed across the runs.
+  ScenarioRecord merged = std::move(runs[worst]);
   merged.repeats = n;
   if (changed) {
     Finding x;

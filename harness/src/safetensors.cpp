@@ -16,11 +16,16 @@
 #include <tuple>
 #include <utility>
 
+#include "regular_file.h"
+
 // Note [Safetensors validation]
 // File::open rejects, each with an Error that names the file:
+//   - anything that is not a regular file (directory, FIFO, socket, device), before opening it
+//     (see Note [Special files are refused before open] in regular_file.h);
 //   - files shorter than the 8-byte size prefix (truncated);
 //   - a header size over k_max_header_size (the reference's own cap, 100 MB) or past the end of
-//     the file;
+//     the file, checked against the file size before anything is read or allocated: nothing is
+//     allocated in proportion to a number read from the file before it is validated;
 //   - a header that is not valid UTF-8 JSON, holds a NUL byte, nests deeper than 128 levels (as
 //     serde_json, which the reference uses), is not an object, or repeats a key at any level;
 //   - "__metadata__" that is not an object of strings (null is accepted as "no metadata", as the
@@ -91,8 +96,8 @@ std::string format_shape(const std::vector<std::int64_t>& shape) {
 }
 
 // A JSON value for an error message, cut short when long.
-std::string excerpt(const nlohmann::ordered_json& value) {
-  std::string text = value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+std::string excerpt(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   constexpr std::size_t k_max = 160;
   if (text.size() > k_max) text = text.substr(0, k_max) + "...";
   return text;
@@ -103,6 +108,21 @@ std::string excerpt(const nlohmann::ordered_json& value) {
 }
 
 std::string tensor_label(const std::string& name) { return "tensor '" + name + "'"; }
+
+// A JSON value's type with its article: "an array", "a string".
+std::string a_type(const nlohmann::json& value) {
+  const std::string name = value.type_name();
+  return (name == "array" || name == "object" ? "an " : "a ") + name;
+}
+
+// Every file starts with the 8-byte header size.
+void check_prefix(const std::string& path, std::uint64_t size) {
+  if (size < k_prefix_size) {
+    fail(path, "file is " + std::to_string(size) +
+                   " bytes, shorter than the 8-byte header-size prefix: it is truncated or not a "
+                   "safetensors file");
+  }
+}
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -136,33 +156,61 @@ void put_le64(std::string& out, std::uint64_t value) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-using Json = nlohmann::ordered_json;
+// Headers are read into nlohmann::json, whose objects are std::maps: ordered_json's objects are
+// vectors searched linearly on every insertion, so a header of n keys would take O(n^2) time to
+// parse (hours for a 100 MB header of short keys). Only the writer needs the header's order.
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
-// Parses the header text, rejecting duplicate keys at any nesting level (nlohmann keeps the last
-// silently).
-Json parse_header(const std::string& path, const char* begin, const char* end) {
-  std::vector<std::set<std::string>> keys_by_depth;
-  std::string duplicate;
-  const Json::parser_callback_t callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    // The callback's depth is the number of enclosing containers: an object that starts at depth
-    // d reports its keys at depth d + 1.
-    const auto level = static_cast<std::size_t>(depth);
-    if (event == Json::parse_event_t::object_start) {
-      if (keys_by_depth.size() <= level + 1) keys_by_depth.resize(level + 2);
-      keys_by_depth[level + 1].clear();
-    } else if (event == Json::parse_event_t::key && duplicate.empty()) {
-      if (keys_by_depth.size() <= level) keys_by_depth.resize(level + 1);
-      std::string key = parsed.get<std::string>();
-      if (!keys_by_depth[level].insert(key).second) {
-        if (level == 1 && key != k_metadata_key) {
-          duplicate = tensor_label(key) + " is declared twice in the header (duplicate name)";
-        } else {
-          duplicate = "key '" + key + "' appears twice in one object of the header (duplicate key)";
-        }
+// Finds the first key that appears twice in one object, at any nesting level (nlohmann keeps the
+// last silently). A SAX pass rather than a parser callback: nlohmann's callback parser scans the
+// whole enclosing object for discarded values each time an object ends, O(n^2) for n tensors.
+class DuplicateKeyFinder : public nlohmann::json_sax<Json> {
+ public:
+  // Empty when every key is unique; otherwise the problem, for a message.
+  [[nodiscard]] const std::string& duplicate() const { return m_duplicate; }
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    m_keys.emplace_back();
+    return true;
+  }
+  bool key(string_t& name) override {
+    // m_keys.size() is the nesting level of this object: 1 for the header, 2 for an entry.
+    if (!m_keys.back().insert(name).second) {
+      if (m_keys.size() == 1 && name != k_metadata_key) {
+        m_duplicate = tensor_label(name) + " is declared twice in the header (duplicate name)";
+      } else {
+        m_duplicate = "key '" + name + "' appears twice in one object of the header (duplicate key)";
       }
+      return false;  // stop at the first
     }
     return true;
-  };
+  }
+  bool end_object() override {
+    m_keys.pop_back();
+    return true;
+  }
+  // Arrays hold no keys; an object inside one starts its own key set.
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the DOM parse, which ran first, reports syntax errors
+  }
+
+ private:
+  std::vector<std::set<std::string>> m_keys;  // keys seen in each open object, outermost first
+  std::string m_duplicate;
+};
+
+// Parses the header text, rejecting duplicate keys at any nesting level.
+Json parse_header(const std::string& path, const char* begin, const char* end) {
   // nlohmann's lexer stops at a NUL byte as if the input ended there; JSON text never holds a raw
   // NUL, and the reference rejects NUL padding, so catch it first.
   if (const void* nul = std::memchr(begin, '\0', static_cast<std::size_t>(end - begin))) {
@@ -196,13 +244,15 @@ Json parse_header(const std::string& path, const char* begin, const char* end) {
   }
   Json header;
   try {
-    header = Json::parse(begin, end, callback);
+    header = Json::parse(begin, end);
   } catch (const nlohmann::json::exception& e) {
     fail(path, "header is not valid JSON (" + std::string(e.what()) +
                    "): the file is corrupt or not a safetensors file");
   }
-  if (!duplicate.empty()) {
-    fail(path, duplicate + ": every key may appear once; rewrite the file with unique names");
+  DuplicateKeyFinder finder;
+  (void)Json::sax_parse(begin, end, &finder);
+  if (!finder.duplicate().empty()) {
+    fail(path, finder.duplicate() + ": every key may appear once; rewrite the file with unique names");
   }
   return header;
 }
@@ -211,13 +261,13 @@ void parse_metadata(const std::string& path, const Json& value,
                     std::map<std::string, std::string>& out) {
   if (value.is_null()) return;  // the reference accepts null as "no metadata"
   if (!value.is_object()) {
-    fail(path, "\"__metadata__\" must be an object of string -> string, got a " +
-                   std::string(value.type_name()) + ": " + excerpt(value));
+    fail(path, "\"__metadata__\" must be an object of string -> string, got " +
+                   a_type(value) + ": " + excerpt(value));
   }
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string()) {
-      fail(path, "\"__metadata__\" entry '" + key + "' has a non-string metadata value (a " +
-                     std::string(item.type_name()) + ": " + excerpt(item) +
+      fail(path, "\"__metadata__\" entry '" + key + "' has a non-string metadata value (" +
+                     a_type(item) + ": " + excerpt(item) +
                      "); metadata values must be strings");
     }
     out.emplace(key, item.get<std::string>());
@@ -229,7 +279,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   const std::string label = tensor_label(name);
   if (!entry.is_object()) {
     fail(path,
-         label + ": header entry is not an object but a " + std::string(entry.type_name()) + " (" +
+         label + ": header entry is not an object but " + a_type(entry) + " (" +
              excerpt(entry) +
              "); expected {\"dtype\": ..., \"shape\": [...], \"data_offsets\": [begin, end]}");
   }
@@ -365,10 +415,12 @@ std::int64_t TensorInfo::numel() const {
 
 File::File(File&& other) noexcept
     : m_path(std::move(other.m_path)),
+      m_owned(std::move(other.m_owned)),
       m_tensors(std::move(other.m_tensors)),
       m_index(std::move(other.m_index)),
       m_metadata(std::move(other.m_metadata)),
       m_map(std::exchange(other.m_map, nullptr)),
+      m_mapped(std::exchange(other.m_mapped, false)),
       m_file_size(std::exchange(other.m_file_size, 0)),
       m_data_offset(std::exchange(other.m_data_offset, 0)) {}
 
@@ -376,10 +428,12 @@ File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     release();
     m_path = std::move(other.m_path);
+    m_owned = std::move(other.m_owned);
     m_tensors = std::move(other.m_tensors);
     m_index = std::move(other.m_index);
     m_metadata = std::move(other.m_metadata);
     m_map = std::exchange(other.m_map, nullptr);
+    m_mapped = std::exchange(other.m_mapped, false);
     m_file_size = std::exchange(other.m_file_size, 0);
     m_data_offset = std::exchange(other.m_data_offset, 0);
   }
@@ -389,35 +443,52 @@ File& File::operator=(File&& other) noexcept {
 File::~File() { release(); }
 
 void File::release() noexcept {
-  if (m_map != nullptr) {
+  if (m_map != nullptr && m_mapped) {
     ::munmap(const_cast<std::byte*>(m_map), static_cast<std::size_t>(m_file_size));
-    m_map = nullptr;
   }
+  m_map = nullptr;
+  m_mapped = false;
+  m_owned.clear();
 }
 
 File File::open(const std::string& path) {
-  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail(path, "cannot open for reading: " + errno_text(errno));
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file");
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  if (size < k_prefix_size) {
-    fail(path, "file is " + std::to_string(size) +
-                   " bytes, shorter than the 8-byte header-size prefix: it is truncated or not a "
-                   "safetensors file");
-  }
+  // Refuses FIFOs, directories and devices before opening them (an open() of a FIFO blocks).
+  std::string problem;
+  bool not_regular = false;
+  RegularFile input = open_regular_file(path, problem, &not_regular);
+  if (not_regular) fail(path, problem + ": give the path of a .safetensors file");
+  if (input.fd() < 0) fail(path, problem);
+  const std::uint64_t size = input.size();
+  check_prefix(path, size);
 
   File file;
   file.m_path = path;
-  void* map = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  void* map = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, input.fd(), 0);
   if (map == MAP_FAILED)
     fail(path, "cannot mmap " + std::to_string(size) + " bytes: " + errno_text(errno));
   file.m_map = static_cast<const std::byte*>(map);  // unmapped by ~File from here on
+  file.m_mapped = true;
   file.m_file_size = size;
-  fd.close_now();
+  input.close();
+  file.validate();
+  return file;
+}
 
-  const std::uint64_t header_size = read_le64(file.m_map);
+File File::parse(std::span<const std::byte> bytes, const std::string& name) {
+  check_prefix(name, bytes.size());
+  File file;
+  file.m_path = name;
+  file.m_owned.assign(bytes.begin(), bytes.end());
+  file.m_map = file.m_owned.data();
+  file.m_file_size = bytes.size();
+  file.validate();
+  return file;
+}
+
+void File::validate() {
+  const std::string& path = m_path;
+  const std::uint64_t size = m_file_size;
+  const std::uint64_t header_size = read_le64(m_map);
   if (header_size > k_max_header_size) {
     fail(path, "header size " + std::to_string(header_size) + " is absurdly large (over the " +
                    std::to_string(k_max_header_size) +
@@ -430,32 +501,32 @@ File File::open(const std::string& path) {
                    " bytes): the file is truncated or not a safetensors "
                    "file");
   }
-  file.m_data_offset = k_prefix_size + header_size;
-  const std::uint64_t data_size = size - file.m_data_offset;
+  m_data_offset = k_prefix_size + header_size;
+  const std::uint64_t data_size = size - m_data_offset;
 
-  const auto* text = reinterpret_cast<const char*>(file.m_map + k_prefix_size);
+  const auto* text = reinterpret_cast<const char*>(m_map + k_prefix_size);
   const Json header = parse_header(path, text, text + header_size);
   if (!header.is_object()) {
     fail(path,
-         "header is not a JSON object but a " + std::string(header.type_name()) +
+         "header is not a JSON object but " + a_type(header) +
              "; expected {\"name\": {\"dtype\": ..., \"shape\": ..., \"data_offsets\": ...}}");
   }
 
   for (const auto& [key, value] : header.items()) {
     if (key == k_metadata_key) {
-      parse_metadata(path, value, file.m_metadata);
+      parse_metadata(path, value, m_metadata);
     } else {
-      file.m_tensors.push_back(parse_entry(path, key, value, data_size));
+      m_tensors.push_back(parse_entry(path, key, value, data_size));
     }
   }
 
-  std::sort(file.m_tensors.begin(), file.m_tensors.end(),
+  std::sort(m_tensors.begin(), m_tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) {
               return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
             });
   std::uint64_t covered = 0;  // end of the previous tensor
   const TensorInfo* previous = nullptr;
-  for (const TensorInfo& info : file.m_tensors) {
+  for (const TensorInfo& info : m_tensors) {
     if (info.begin < covered) {
       fail(path, tensor_label(info.name) + " (bytes [" + std::to_string(info.begin) + ", " +
                      std::to_string(info.end) + ")) overlaps " + tensor_label(previous->name) +
@@ -479,13 +550,12 @@ File File::open(const std::string& path) {
                    "): the header and data disagree; rewrite the file");
   }
 
-  for (std::size_t i = 0; i < file.m_tensors.size(); ++i) {
+  for (std::size_t i = 0; i < m_tensors.size(); ++i) {
     // parse_header already rejected duplicate keys; this is a second guard.
-    if (!file.m_index.emplace(file.m_tensors[i].name, i).second) {
-      fail(path, tensor_label(file.m_tensors[i].name) + " is declared twice (duplicate name)");
+    if (!m_index.emplace(m_tensors[i].name, i).second) {
+      fail(path, tensor_label(m_tensors[i].name) + " is declared twice (duplicate name)");
     }
   }
-  return file;
 }
 
 const TensorInfo* File::find(std::string_view name) const {
@@ -548,15 +618,15 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
     return dtype_size(a->dtype) > dtype_size(b->dtype);
   });
 
-  Json header = Json::object();
+  OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) {
-    Json meta = Json::object();
+    OrderedJson meta = OrderedJson::object();
     for (const auto& [key, value] : metadata) meta[key] = value;
     header[std::string(k_metadata_key)] = std::move(meta);
   }
   std::uint64_t offset = 0;
   for (const TensorView* tensor : order) {
-    Json entry = Json::object();
+    OrderedJson entry = OrderedJson::object();
     entry["dtype"] = std::string(dtype_name(tensor->dtype));
     entry["shape"] = tensor->shape;
     entry["data_offsets"] = {offset, offset + tensor->nbytes};

@@ -2,13 +2,24 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion (yaml-cpp 0.7+)
 #include <yaml-cpp/yaml.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <map>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
+#include <string_view>
+#include <utility>
+
+#include "regular_file.h"
 
 namespace graphcheck {
 
@@ -19,6 +30,85 @@ const char* to_string(LoadFormat format) {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Note [Scenario file limits]
+// Scenario files are user input; a few hundred bytes nesting about 8 levels describe any scenario.
+// The parser bounds its work on anything else, each limit an exit-2 ScenarioError naming the place:
+//   - k_max_scenario_bytes: larger files are refused before they are read;
+//   - k_max_yaml_depth: deeper nesting is refused (yaml-cpp's own guard, at 2000 levels, throws
+//     DeepRecursion with the message "bad file", which said nothing useful);
+//   - k_max_yaml_nodes: anchors and aliases ("&a [*b, *b, *b]") let a small file stand for an
+//     exponentially large tree (an alias bomb, "billion laughs"); the document is walked once with
+//     aliases expanded, and more nodes than this are refused. yaml-cpp builds aliases as shared
+//     nodes, so loading them is cheap; only walking them is not;
+//   - every string (keys, values, tags) must be valid UTF-8: reporters write them into JSON and
+//     XML, which cannot hold anything else;
+//   - a scenario name becomes a directory (REPORT_DIR/work/<name>/), so it must be a plain path
+//     component (see check_scenario_name).
+constexpr std::size_t k_max_scenario_bytes = 1 << 20;
+constexpr int k_max_yaml_depth = 64;
+constexpr std::size_t k_max_yaml_nodes = 100'000;
+constexpr std::size_t k_max_name_bytes = 128;
+
+// Offset of the first byte of `text` that is not part of a well-formed UTF-8 sequence (overlong
+// forms, surrogates and code points past U+10FFFF are ill-formed); nullopt when all of it is.
+std::optional<std::size_t> invalid_utf8_at(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // past U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + length > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
+
+// `text` quoted for a message: control characters, backslashes and bytes that are not UTF-8 as
+// \xNN escapes, cut after about 80 bytes.
+std::string printable(std::string_view text) {
+  constexpr std::size_t k_max = 80;
+  std::string out = "'";
+  std::size_t i = 0;
+  while (i < text.size() && i < k_max) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t length = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+    const bool broken =
+        c >= 0x80 && (i + length > text.size() || invalid_utf8_at(text.substr(i, length)));
+    if (broken || c < 0x20 || c == 0x7f || c == '\\') {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  if (i < text.size()) out += "...";
+  return out + "'";
+}
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
@@ -36,6 +126,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.size() > 64) return {};  // no name is that long; the distance would cost |word| x |c|
   std::string best;
   std::size_t best_d = 3;  // suggest only close matches
   for (const auto& c : candidates) {
@@ -50,30 +141,53 @@ std::string suggestion(const std::string& word, const std::vector<std::string>& 
 
 class Parser {
  public:
-  Parser(std::string path, const ScenarioCatalog& catalog)
-      : m_path(std::move(path)), m_catalog(catalog) {}
+  Parser(std::string path, const std::string& text, const ScenarioCatalog& catalog)
+      : m_path(std::move(path)), m_text(text), m_catalog(catalog) {}
 
   Scenario parse() {
+    if (m_text.size() > k_max_scenario_bytes) {
+      throw ScenarioError(fmt::format(
+          "{}: the scenario file is {} bytes, over the {}-byte limit on scenario files (a "
+          "scenario takes a few hundred bytes): is this the right file?",
+          m_path, m_text.size(), k_max_scenario_bytes));
+    }
     YAML::Node root;
     try {
-      root = YAML::LoadFile(m_path);
-    } catch (const YAML::BadFile&) {
-      throw ScenarioError(fmt::format("{}: cannot read the scenario file: check the path", m_path));
+      root = YAML::Load(m_text);
+    } catch (const YAML::DeepRecursion& e) {
+      // yaml-cpp's message for this is "bad file".
+      throw ScenarioError(fmt::format(
+          "{}: YAML nested deeper than {} levels (so deep that the YAML parser gave up): a "
+          "scenario nests about 8; the file is corrupt or not a scenario file",
+          where(e.mark), k_max_yaml_depth));
     } catch (const YAML::ParserException& e) {
+      if (const auto tab = tab_in_indentation(e.mark.line)) {
+        throw ScenarioError(fmt::format(
+            "{}:{}:{}: tab character in the indentation: YAML indents with spaces only; replace "
+            "the tab with spaces (the YAML parser stopped at {}: {})",
+            m_path, tab->first + 1, tab->second + 1, where(e.mark), e.msg));
+      }
+      throw ScenarioError(fmt::format("{}: invalid YAML: {}", where(e.mark), e.msg));
+    } catch (const YAML::Exception& e) {
       throw ScenarioError(fmt::format("{}: invalid YAML: {}", where(e.mark), e.msg));
     }
+    if (!root.IsDefined() || root.IsNull()) {
+      throw ScenarioError(fmt::format(
+          "{}:1:1: the file holds no YAML document (it is empty or only comments): a scenario "
+          "file is a mapping of keys (scenario:, model:, capture:, ...)",
+          m_path));
+    }
+    check_document(root);
     if (!root.IsMap()) fail(root, "a scenario file must be a mapping of keys (scenario:, model:, ...)");
     check_keys(root, "scenario file",
                {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
                 "cycles", "checks", "mutations", "dummy_constants", "dummy_growth", "poison",
-                "expect_error"});
+                "expect_error", "timeout"});
 
     Scenario s;
     s.file = m_path;
     s.name = required_string(root, "scenario", "scenario file");
-    if (s.name.empty() || s.name.find_first_of("/\\ \t") != std::string::npos) {
-      fail(root["scenario"], "the scenario name must be non-empty, without slashes or spaces");
-    }
+    check_scenario_name(root["scenario"], s.name);
     if (root["description"]) s.description = scalar_string(root["description"], "description");
 
     const YAML::Node model = required(root, "model", "scenario file");
@@ -82,7 +196,7 @@ class Parser {
     s.fixture = required_string(model, "fixture", "model");
     if (std::find(m_catalog.fixtures.begin(), m_catalog.fixtures.end(), s.fixture) ==
         m_catalog.fixtures.end()) {
-      fail(model["fixture"], fmt::format("unknown fixture '{}'{}: known fixtures are {}", s.fixture,
+      fail(model["fixture"], fmt::format("unknown fixture {}{}: known fixtures are {}", printable(s.fixture),
                                          suggestion(s.fixture, m_catalog.fixtures),
                                          fmt::join(m_catalog.fixtures, ", ")));
     }
@@ -103,7 +217,7 @@ class Parser {
       } else if (format == "dummy") {
         s.load = LoadFormat::dummy;
       } else {
-        fail(load, fmt::format("unknown load format '{}': use checkpoint or dummy", format));
+        fail(load, fmt::format("unknown load format {}: use checkpoint or dummy", printable(format)));
       }
     }
     if (const YAML::Node checkpoint = root["checkpoint"]) {
@@ -117,6 +231,17 @@ class Parser {
       s.checkpoint = p.lexically_normal().string();
     }
     if (const YAML::Node seed = root["seed"]) s.seed = unsigned_int(seed, "seed");
+    if (const YAML::Node timeout = root["timeout"]) {
+      const ModelConfig::Value v = timeout.IsScalar() ? config_value(timeout) : ModelConfig::Value{std::string()};
+      const double seconds = std::holds_alternative<std::int64_t>(v) ? static_cast<double>(std::get<std::int64_t>(v))
+                             : std::holds_alternative<double>(v)     ? std::get<double>(v)
+                                                                     : -1.0;
+      if (!(seconds > 0 && seconds <= 1e7)) {
+        fail(timeout, "'timeout' must be a positive number of seconds (at most 1e7): how long this scenario's "
+                      "process may run before it is killed and reported as crashed");
+      }
+      s.timeout = seconds;
+    }
 
     const YAML::Node capture = required(root, "capture", "scenario file");
     if (!capture.IsMap()) fail(capture, "'capture' must be a mapping: {batch_sizes: [1, 4]}");
@@ -196,7 +321,7 @@ class Parser {
       for (const auto& kv : mutations) {
         const std::string name = kv.first.as<std::string>();
         if (!m_catalog.is_mutation || !m_catalog.is_mutation(name)) {
-          fail(kv.first, fmt::format("unknown mutation '{}': `graphcheck list` shows them", name));
+          fail(kv.first, fmt::format("unknown mutation {}: `graphcheck list` shows them", printable(name)));
         }
         if (!kv.second.IsSequence() || kv.second.size() == 0) {
           fail(kv.second, fmt::format("mutation '{}' must list the probes that catch it: [address]",
@@ -280,6 +405,139 @@ class Parser {
   }
 
  private:
+  // A position inside the document being walked, for messages: a key or a list index.
+  struct PathPart {
+    const std::string* key = nullptr;  // nullptr: a list item at `index`
+    std::size_t index = 0;
+  };
+
+  static std::string describe(const std::vector<PathPart>& path) {
+    std::string out;
+    for (const PathPart& part : path) {
+      if (part.key == nullptr) {
+        out += fmt::format("[{}]", part.index);
+      } else {
+        if (!out.empty()) out += '.';
+        out += part.key->size() > 40 ? part.key->substr(0, 40) + "..." : *part.key;
+      }
+    }
+    if (out.size() > 120) out = out.substr(0, 60) + "..." + out.substr(out.size() - 40);
+    return out.empty() ? std::string("the top level") : "'" + out + "'";
+  }
+
+  // Walks the whole document once, aliases expanded, before anything reads it: bounded depth and
+  // size, and every string valid UTF-8. See Note [Scenario file limits].
+  void check_document(const YAML::Node& root) const {
+    std::size_t visited = 0;
+    std::vector<PathPart> path;
+    check_node(root, path, 1, visited);
+  }
+
+  void check_node(const YAML::Node& node, std::vector<PathPart>& path, int depth,
+                  std::size_t& visited) const {
+    if (++visited > k_max_yaml_nodes) {
+      fail(node, fmt::format("the document expands to more than {} YAML nodes: anchors and "
+                             "aliases (&name, *name) repeat each other (an alias bomb?); a "
+                             "scenario takes a few hundred nodes, so write the values out",
+                             k_max_yaml_nodes));
+    }
+    if (depth > k_max_yaml_depth) {
+      fail(node, fmt::format("YAML nested deeper than {} levels at {} (counting what aliases "
+                             "expand to): a scenario nests about 8; the file is corrupt or not a "
+                             "scenario file",
+                             k_max_yaml_depth, describe(path)));
+    }
+    check_utf8(node, node.Tag(), path, "the tag of");
+    if (node.IsScalar()) {
+      check_utf8(node, node.Scalar(), path, "the value of");
+    } else if (node.IsSequence()) {
+      std::size_t index = 0;
+      for (const auto& item : node) {
+        path.push_back({nullptr, index++});
+        check_node(item, path, depth + 1, visited);
+        path.pop_back();
+      }
+    } else if (node.IsMap()) {
+      for (const auto& kv : node) {
+        if (kv.first.IsScalar()) {
+          check_utf8(kv.first, kv.first.Scalar(), path, "a key in");
+        } else {
+          check_node(kv.first, path, depth + 1, visited);
+        }
+        static const std::string k_complex_key = "(a non-scalar key)";
+        path.push_back({kv.first.IsScalar() ? &kv.first.Scalar() : &k_complex_key, 0});
+        check_node(kv.second, path, depth + 1, visited);
+        path.pop_back();
+      }
+    }
+  }
+
+  void check_utf8(const YAML::Node& node, const std::string& text,
+                  const std::vector<PathPart>& path, const char* what) const {
+    if (const auto bad = invalid_utf8_at(text)) {
+      fail(node, fmt::format("{} {} is not valid UTF-8 (byte 0x{:02x} at offset {} of {}): every "
+                             "string in a scenario file must be UTF-8; save the file as UTF-8",
+                             what, describe(path), static_cast<unsigned char>(text[*bad]), *bad,
+                             printable(text)));
+    }
+  }
+
+  // Note [Scenario names are path components]
+  // The name becomes the directory REPORT_DIR/work/<name>/ and a name in every report, so it must
+  // be one plain path component: not empty, "." or "..", no '/', '\\', spaces or control
+  // characters (NUL included), at most k_max_name_bytes bytes. UTF-8 was checked already.
+  void check_scenario_name(const YAML::Node& node, const std::string& name) const {
+    std::string problem;
+    if (name.empty()) {
+      problem = "is empty";
+    } else if (name == "." || name == "..") {
+      problem = "names a directory ('.' or '..')";
+    } else if (name.size() > k_max_name_bytes) {
+      problem = fmt::format("is {} bytes long", name.size());
+    } else {
+      for (const char ch : name) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '/' || c == '\\') {
+          problem = c == '/' ? "holds a slash" : "holds a backslash";
+        } else if (c == ' ') {
+          problem = "holds a space";
+        } else if (c < 0x20 || c == 0x7f) {
+          problem = fmt::format("holds the control character 0x{:02x}", c);
+        }
+        if (!problem.empty()) break;
+      }
+    }
+    if (problem.empty()) return;
+    fail(node, fmt::format("scenario name {} {}: the scenario name must be non-empty, without "
+                           "slashes or spaces, because it names the directory "
+                           "REPORT_DIR/work/<name>/: use printable characters other than '/' and "
+                           "'\\', at most {} bytes, not '.' or '..' (e.g. dsv4-mhc-refit)",
+                           printable(name), problem, k_max_name_bytes));
+  }
+
+  // The first tab in the indentation of a line up to `last_line` (0-based), as 0-based
+  // (line, column): YAML forbids tabs there, and yaml-cpp's message does not say so.
+  std::optional<std::pair<int, int>> tab_in_indentation(int last_line) const {
+    int line = 0;
+    std::size_t start = 0;
+    while (start < m_text.size() && line <= last_line) {
+      std::size_t end = m_text.find('\n', start);
+      if (end == std::string::npos) end = m_text.size();
+      std::size_t i = start;
+      std::optional<std::size_t> tab;
+      while (i < end && (m_text[i] == ' ' || m_text[i] == '\t')) {
+        if (m_text[i] == '\t' && !tab) tab = i;
+        ++i;
+      }
+      if (tab && i < end && m_text[i] != '\r' && m_text[i] != '#') {
+        return std::pair<int, int>(line, static_cast<int>(*tab - start));
+      }
+      start = end + 1;
+      ++line;
+    }
+    return std::nullopt;
+  }
+
   std::string where(const YAML::Mark& mark) const {
     if (mark.is_null()) return m_path;
     return fmt::format("{}:{}:{}", m_path, mark.line + 1, mark.column + 1);
@@ -296,8 +554,8 @@ class Parser {
       if (!kv.first.IsScalar()) fail(kv.first, fmt::format("keys in {} must be strings", context));
       auto [it, inserted] = seen.emplace(kv.first.Scalar(), kv.first.Mark());
       if (!inserted) {
-        fail(kv.first, fmt::format("key '{}' appears twice in {} (first at {}): keep one",
-                                   kv.first.Scalar(), context, where(it->second)));
+        fail(kv.first, fmt::format("key {} appears twice in {} (first at {}): keep one",
+                                   printable(kv.first.Scalar()), context, where(it->second)));
       }
     }
   }
@@ -308,8 +566,8 @@ class Parser {
     for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        fail(kv.first, fmt::format("unknown key '{}' in {}{}: allowed keys are {}", key, context,
-                                   suggestion(key, allowed), fmt::join(allowed, ", ")));
+        fail(kv.first, fmt::format("unknown key {} in {}{}: allowed keys are {}", printable(key),
+                                   context, suggestion(key, allowed), fmt::join(allowed, ", ")));
       }
     }
   }
@@ -344,8 +602,8 @@ class Parser {
       if (node.Scalar() == "true" || node.Scalar() == "True") return true;
       if (node.Scalar() == "false" || node.Scalar() == "False") return false;
     }
-    fail(node, fmt::format("'{}' must be true or false, got '{}'", what,
-                           node.IsScalar() ? node.Scalar() : std::string("a non-scalar")));
+    fail(node, fmt::format("'{}' must be true or false, got {}", what,
+                           node.IsScalar() ? printable(node.Scalar()) : std::string("'a non-scalar'")));
   }
 
   std::uint64_t unsigned_int(const YAML::Node& node, const std::string& what) const {
@@ -355,14 +613,14 @@ class Parser {
         return std::stoull(text);
       }
     }
-    fail(node, fmt::format("{} must be a non-negative integer, got '{}'", what,
-                           node.IsScalar() ? node.Scalar() : std::string("a non-scalar")));
+    fail(node, fmt::format("{} must be a non-negative integer, got {}", what,
+                           node.IsScalar() ? printable(node.Scalar()) : std::string("'a non-scalar'")));
   }
 
   std::string probe_name(const YAML::Node& node) const {
     std::string name = scalar_string(node, "probe");
     if (std::find(m_catalog.probes.begin(), m_catalog.probes.end(), name) == m_catalog.probes.end()) {
-      fail(node, fmt::format("unknown probe '{}'{}: known probes are {}", name,
+      fail(node, fmt::format("unknown probe {}{}: known probes are {}", printable(name),
                              suggestion(name, m_catalog.probes), fmt::join(m_catalog.probes, ", ")));
     }
     return name;
@@ -393,8 +651,53 @@ class Parser {
   }
 
   std::string m_path;
+  const std::string& m_text;
   const ScenarioCatalog& m_catalog;
 };
+
+// Reads a scenario file, refusing FIFOs, directories and devices before opening them (see Note
+// [Special files are refused before open] in regular_file.h) and files over the size limit
+// before reading them.
+std::string read_scenario_text(const std::string& path) {
+  std::string problem;
+  bool not_regular = false;
+  RegularFile file = open_regular_file(path, problem, &not_regular);
+  if (not_regular) {
+    throw ScenarioError(fmt::format(
+        "{}: cannot read the scenario file: it {}; give a regular *.yaml file (a directory given "
+        "to `graphcheck run` is searched for them)",
+        path, problem));
+  }
+  if (file.fd() < 0) {
+    throw ScenarioError(
+        fmt::format("{}: cannot read the scenario file ({}): check the path", path, problem));
+  }
+  if (file.size() > k_max_scenario_bytes) {
+    throw ScenarioError(fmt::format(
+        "{}: the scenario file is {} bytes, over the {}-byte limit on scenario files (a scenario "
+        "takes a few hundred bytes): is this the right file?",
+        path, file.size(), k_max_scenario_bytes));
+  }
+  std::string text(static_cast<std::size_t>(file.size()), '\0');
+  std::size_t filled = 0;
+  // Read until EOF, one byte past the limit at most (the file may have grown since fstat).
+  for (;;) {
+    if (filled == text.size()) {
+      if (text.size() > k_max_scenario_bytes) break;
+      text.resize(std::min(text.size() + 4096, k_max_scenario_bytes + 1));
+    }
+    const ::ssize_t got = ::read(file.fd(), text.data() + filled, text.size() - filled);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw ScenarioError(fmt::format("{}: cannot read the scenario file ({}): check the path",
+                                      path, std::strerror(errno)));
+    }
+    if (got == 0) break;
+    filled += static_cast<std::size_t>(got);
+  }
+  text.resize(filled);
+  return text;
+}
 
 }  // namespace
 
@@ -405,15 +708,34 @@ std::vector<std::string> RefitSpec::prefixes() const {
   return all;
 }
 
+Scenario parse_scenario_text(const std::string& text, const std::string& path,
+                             const ScenarioCatalog& catalog) {
+  return Parser(path, text, catalog).parse();
+}
+
 Scenario parse_scenario_file(const std::string& path, const ScenarioCatalog& catalog) {
-  return Parser(path, catalog).parse();
+  const std::string text = read_scenario_text(path);
+  return parse_scenario_text(text, path, catalog);
 }
 
 std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths) {
+  // ::stat, not open: a FIFO must not be opened (see regular_file.h).
+  const auto not_a_scenario = [](const std::string& path, mode_t mode) {
+    return ScenarioError(fmt::format(
+        "{}: is {}, not a scenario file: scenario files must be regular *.yaml files", path,
+        file_kind(mode)));
+  };
   std::vector<std::string> files;
   for (const auto& path : paths) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) {
+        throw ScenarioError(fmt::format("{}: no such scenario file or directory", path));
+      }
+      throw ScenarioError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      std::error_code ec;
       std::vector<std::string> found;
       fs::recursive_directory_iterator it(path, ec), end;
       if (ec) throw ScenarioError(fmt::format("{}: cannot read the directory: {}", path, ec.message()));
@@ -421,16 +743,21 @@ std::vector<std::string> collect_scenario_files(const std::vector<std::string>& 
         if (ec) throw ScenarioError(fmt::format("{}: cannot read the directory: {}", path, ec.message()));
         const auto& entry = *it;
         const auto ext = entry.path().extension();
-        if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
+        if (ext != ".yaml" && ext != ".yml") continue;
+        struct stat entry_st {};
+        if (::stat(entry.path().c_str(), &entry_st) != 0) continue;  // e.g. a dangling symlink
+        if (S_ISREG(entry_st.st_mode)) {
           found.push_back(entry.path().string());
+        } else if (!S_ISDIR(entry_st.st_mode)) {
+          throw not_a_scenario(entry.path().string(), entry_st.st_mode);
         }
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
-    } else if (fs::exists(path, ec)) {
+    } else if (S_ISREG(st.st_mode)) {
       files.push_back(path);
     } else {
-      throw ScenarioError(fmt::format("{}: no such scenario file or directory", path));
+      throw not_a_scenario(path, st.st_mode);
     }
   }
   return files;

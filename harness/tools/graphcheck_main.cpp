@@ -1,6 +1,7 @@
 // graphcheck CLI: run scenarios, list what this binary knows, inspect checkpoints.
 // Exit codes: 0 all passed, 1 a check failed, 2 bad usage / scenario / checkpoint, 3 harness failure.
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <xxhash.h>
 
@@ -119,6 +120,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // ---- run ----------------------------------------------------------------------------------
 
+// Seconds a scenario's process may run when neither --timeout nor its timeout key says.
+constexpr double kDefaultTimeout = 900;
+
 // How scenarios execute: shared by run and mutants.
 struct ExecArgs {
   std::string backend = "auto";
@@ -127,7 +131,7 @@ struct ExecArgs {
   int threads = 1;
   bool no_isolate = false;
   int jobs = 1;
-  double timeout = 900;
+  std::optional<double> timeout;  // given: wins over the scenario's timeout key
   int repeat = 1;
   std::optional<int> shard_index, total_shards;
 
@@ -147,9 +151,10 @@ struct ExecArgs {
         ->capture_default_str()
         ->check(CLI::Range(1, 256));
     app->add_option("--timeout", timeout,
-                    "Seconds a scenario may run before its process is killed and it is reported as "
-                    "crashed (0: no limit)")
-        ->capture_default_str()
+                    fmt::format("Seconds a scenario may run before its process is killed and it is "
+                                "reported as crashed (0: no limit). Default: the scenario's timeout "
+                                "key, else {:g}",
+                                kDefaultTimeout))
         ->check(CLI::Range(0.0, 1e7));
     app->add_option("--repeat", repeat,
                     "Run each scenario N times; a check whose outcome changes between runs is a "
@@ -236,7 +241,7 @@ std::vector<std::size_t> execute(const std::vector<Planned>& plan, const ExecArg
       job.options.seed = args.seed;
       job.options.mutations = plan[i].mutations;
       job.options.work_dir = (fs::path(args.report_dir) / "work").string();
-      job.timeout = args.timeout;
+      job.timeout = args.timeout ? *args.timeout : plan[i].scenario->timeout > 0 ? plan[i].scenario->timeout : kDefaultTimeout;
       const fs::path dir = fs::path(job.options.work_dir) / plan[i].scenario->name;
       const std::string tag = fmt::format("run-{}{}", i, repeat > 1 ? fmt::format("-{}", r + 1) : "");
       job.log_path = (dir / (tag + ".log")).string();
@@ -433,7 +438,9 @@ int cmd_run(const RunArgs& args) {
   gc::RunRecord run = new_run(args.exec, shard_index, total_shards);
   fmt::print("libtorch intra-op threads: {}; {}\n", run.threads,
              run.isolated ? fmt::format("each scenario in its own process, {} at once, timeout {}", run.jobs,
-                                        args.exec.timeout > 0 ? fmt::format("{:g} s", args.exec.timeout) : "none")
+                                        !args.exec.timeout ? fmt::format("{:g} s unless a scenario sets one", kDefaultTimeout)
+                                        : *args.exec.timeout > 0 ? fmt::format("{:g} s", *args.exec.timeout)
+                                                                 : std::string("none"))
                           : std::string("in this process (--no-isolate)"));
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::optional<gc::ScenarioRecord>> records(plan.size());
@@ -467,6 +474,10 @@ int cmd_run(const RunArgs& args) {
   if (signal != 0) {
     fmt::print(stderr, "graphcheck: {}\n", run.incomplete_reason);
     return 128 + signal;
+  }
+  if (plan.empty() && total_shards > 1) {
+    fmt::print("shard {} of {} holds no scenario: nothing to run\n", shard_index, total_shards);
+    return kExitPassed;
   }
   if (runnable == 0) {
     fmt::print(stderr, "graphcheck: no scenario could run with the mutations given\n");
@@ -536,8 +547,14 @@ int cmd_mutants(const MutantsArgs& args) {
     run.seconds = seconds_since(start);
     writable = write_reports(files, run) && writable;
   };
-  auto add_rows = [&]() {
-    while (next_row < plan.size() && records[next_row]) {
+  // In plan order up to the first unfinished run; `all`: past it too (a stopped run), each row
+  // whose clean run finished.
+  auto add_rows = [&](bool all) {
+    for (; next_row < plan.size(); ++next_row) {
+      if (!records[next_row] || (!plan_mutation[next_row].empty() && !records[plan_clean[next_row]])) {
+        if (all) continue;
+        break;
+      }
       gc::ScenarioRecord& r = *records[next_row];
       const std::string& mutation = plan_mutation[next_row];
       gc::KillMatrixRow row;
@@ -561,17 +578,17 @@ int cmd_mutants(const MutantsArgs& args) {
       std::cout.flush();
       matrix.rows.push_back(std::move(row));
       if (plan[next_row].skip.empty()) run.scenarios.push_back(r);
-      ++next_row;
     }
   };
   gc::cli::install_stop_handlers();
   const std::vector<std::size_t> stopped = execute(plan, args.exec, nullptr, [&](std::size_t i, gc::ScenarioRecord r) {
     records[i] = std::move(r);
-    add_rows();
+    add_rows(false);
     publish(false);
   });
   const int signal = gc::cli::g_stop_signal;
   if (signal != 0) {
+    add_rows(true);
     std::vector<std::string> names;
     for (std::size_t i : stopped) {
       names.push_back(plan_mutation[i].empty() ? plan[i].scenario->name + " (clean)"
@@ -741,6 +758,11 @@ int cmd_inspect(const std::vector<std::string>& files, int values) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Standard streams closed by whoever started us would be reused by the next open(), and a
+  // report or a child's pipe would end up on "stderr": keep 0-2 taken.
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0) return kExitHarness;
+  }
   CLI::App app{
       "graphcheck: drives load -> PWAL -> graph capture -> replay -> refit -> replay cycles from "
       "scenario files and proves that captured graphs still read the live weights.\n"

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include <sstream>
 
 #include "graphcheck/reporter.h"
+#include "reporters/report_views.h"
 
 namespace graphcheck::cli {
 
@@ -52,15 +55,12 @@ std::string file_tail(const std::string& path, std::size_t max_bytes = 3000) {
     if (nl != std::string::npos && nl + 1 < text.size()) text = "…" + text.substr(nl + 1);
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  return text;
+  // A cut in the middle of a character, or binary output, must not make the XML report invalid.
+  return report::utf8_clean(text);
 }
 
-std::string self_exe() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot find this program's path (/proc/self/exe): " + ec.message());
-  return p.string();
-}
+// This very binary, even when its file was replaced (rebuilt) while the run goes on.
+constexpr const char* kSelf = "/proc/self/exe";
 
 // Writes every step to the parent as "step\t<pass>\t<phase>\t<cycle>\t<batch>\n".
 class StepWriter final : public ProgressListener {
@@ -79,8 +79,8 @@ class StepWriter final : public ProgressListener {
 
 struct Child {
   std::size_t job = 0;
-  pid_t pid = -1;
-  int progress = -1;  // read end
+  pid_t pid = -1;     // also its process group
+  int progress = -1;  // read end; -1 once it reached end of file
   Clock::time_point start;
   std::string pending;  // a partial progress line
   std::string last_pass, last_phase;
@@ -113,7 +113,11 @@ ScenarioRecord crashed_record(const Job& job, const Child& c, int status) {
   info.stderr_tail = file_tail(job.log_path);
   info.log = job.log_path;
   std::string what;
-  if (c.timed_out) {
+  if (status == -1) {
+    info.cause = "exit";
+    info.exit_code = -1;
+    what = "ended, but how is unknown (it was reaped elsewhere)";
+  } else if (c.timed_out) {
     info.cause = "timeout";
     info.timeout = job.timeout;
     info.signal = WIFSIGNALED(status) ? signal_name(WTERMSIG(status)) : "";
@@ -171,12 +175,12 @@ bool drain(Child& c, const RunnerEvents& events, bool forward) {
   }
 }
 
-Child launch(const Job& job, std::size_t index, const RunnerOptions& options, const std::string& exe) {
+Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
   std::error_code ec;
   fs::create_directories(fs::path(job.log_path).parent_path(), ec);
   fs::create_directories(fs::path(job.record_path).parent_path(), ec);
   fs::remove(job.record_path, ec);
-  std::vector<std::string> args = {exe,
+  std::vector<std::string> args = {"graphcheck",
                                    "__scenario",
                                    job.scenario->file,
                                    "--record",
@@ -203,35 +207,52 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options, co
 
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
-  const int log = ::open(job.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Above the numbers the child moves them to (0-3), so that no dup2() there is a no-op that
+  // leaves O_CLOEXEC set or overwrites another of them.
+  for (int& fd : pipefd) {
+    const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    ::close(fd);
+    fd = high;
+  }
+  if (pipefd[0] < 0 || pipefd[1] < 0) throw std::runtime_error(fmt::format("fcntl: {}", std::strerror(errno)));
+  const int log_fd = ::open(job.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int log = log_fd < 0 ? -1 : ::fcntl(log_fd, F_DUPFD_CLOEXEC, 10);
+  if (log_fd >= 0) ::close(log_fd);
   if (log < 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
     throw std::runtime_error(fmt::format("cannot write {}: {}", job.log_path, std::strerror(errno)));
   }
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(pipefd[0]);
     ::close(pipefd[1]);
     ::close(log);
+    if (devnull >= 0) ::close(devnull);
     throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
   }
   if (pid == 0) {
     // Child: its own process group (a terminal's Ctrl-C goes to the parent, which stops it),
     // output to the log, steps on fd 3. Only async-signal-safe calls until exec.
     ::setpgid(0, 0);
-    const int devnull = ::open("/dev/null", O_RDONLY);
+    // Dies with the parent, whatever kills it (a hung child must not outlive the run).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
     if (devnull >= 0) ::dup2(devnull, 0);
     ::dup2(log, 1);
     ::dup2(log, 2);
     ::dup2(pipefd[1], 3);
-    ::execv(exe.c_str(), argv.data());
+    ::execv(kSelf, argv.data());
     const char msg[] = "graphcheck: exec of the scenario process failed\n";
     [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
     ::_exit(127);
   }
+  ::setpgid(pid, pid);  // as the child does: no race on which runs first
   ::close(pipefd[1]);
   ::close(log);
+  if (devnull >= 0) ::close(devnull);
   ::fcntl(pipefd[0], F_SETFL, ::fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
   Child c;
   c.job = index;
@@ -242,7 +263,9 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options, co
 }
 
 ScenarioRecord finish(const Job& job, Child& c, int status) {
-  if (!c.timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  // A child that wrote its record and exited 0 finished, even if its timeout or a stop signal
+  // came in the same moment.
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     std::ifstream in(job.record_path, std::ios::binary);
     if (in) {
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -291,7 +314,9 @@ void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR and the loop sees the flag
+  // SA_RESTART spares an in-process scenario (--no-isolate) EINTR in its own calls; poll() in the
+  // runner's loop returns EINTR regardless on Linux, and the loop looks at the flag anyway.
+  sa.sa_flags = SA_RESTART;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 }
@@ -305,9 +330,22 @@ std::string signal_name(int signal) {
 std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOptions& options,
                                   const RunnerEvents& events) {
   if (!options.isolate) return run_in_process(jobs, events);
-  const std::string exe = self_exe();
+  // Children must be ours to reap: an inherited SIG_IGN for SIGCHLD would have the kernel reap
+  // them and waitpid() never report them.
+  std::signal(SIGCHLD, SIG_DFL);
   const int parallel = std::max(1, options.jobs);
   std::vector<Child> running;
+  // Whatever ends this function (an exception included) leaves no child behind.
+  struct Reaper {
+    std::vector<Child>& children;
+    ~Reaper() {
+      for (auto& c : children) {
+        ::kill(-c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+        if (c.progress >= 0) ::close(c.progress);
+      }
+    }
+  } reaper{running};
   std::vector<std::size_t> not_run;
   std::size_t next = 0;
   constexpr double kGrace = 2.0;  // seconds between SIGTERM and SIGKILL
@@ -317,37 +355,55 @@ std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOpti
       for (auto& c : running) {
         if (!c.killed_at) {
           c.stopped = true;
-          ::kill(c.pid, SIGTERM);
+          ::kill(-c.pid, SIGTERM);
           c.killed_at = Clock::now();
         }
       }
     }
     while (static_cast<int>(running.size()) < parallel && next < jobs.size()) {
-      if (events.started) events.started(next);
-      running.push_back(launch(jobs[next], next, options, exe));
-      ++next;
+      const std::size_t index = next++;
+      if (events.started) events.started(index);
+      try {
+        running.push_back(launch(jobs[index], index, options));
+      } catch (const std::exception& e) {
+        // This job cannot start (no fds, no processes, an unwritable report dir): its record
+        // says so, and the others go on.
+        ScenarioRecord r = base_record(jobs[index]);
+        r.status = Status::crashed;
+        r.reason = fmt::format("the scenario's process could not be started: {}", e.what());
+        if (events.done) events.done(index, std::move(r));
+      }
     }
     std::vector<pollfd> fds;
-    for (const auto& c : running) fds.push_back({c.progress, POLLIN, 0});
+    for (const auto& c : running) fds.push_back({c.progress, POLLIN, 0});  // -1: ignored
     ::poll(fds.data(), fds.size(), 50);  // EINTR on a stop signal: fine, the loop looks again
     const bool forward = parallel == 1;
     for (std::size_t k = 0; k < running.size();) {
       Child& c = running[k];
-      drain(c, events, forward);
+      if (c.progress >= 0 && !drain(c, events, forward)) {
+        ::close(c.progress);  // end of file: stop polling it, or poll() returns at once forever
+        c.progress = -1;
+      }
       const Job& job = jobs[c.job];
       if (!c.killed_at && job.timeout > 0 && since(c.start) > job.timeout) {
         c.timed_out = true;
-        ::kill(c.pid, SIGKILL);  // a hung model may ignore SIGTERM
+        ::kill(-c.pid, SIGKILL);  // a hung model may ignore SIGTERM
         c.killed_at = Clock::now();
       } else if (c.killed_at && since(*c.killed_at) > kGrace) {
-        ::kill(c.pid, SIGKILL);
+        ::kill(-c.pid, SIGKILL);
       }
       int status = 0;
       const pid_t w = ::waitpid(c.pid, &status, WNOHANG);
-      if (w == c.pid) {
-        drain(c, events, forward);
-        ::close(c.progress);
-        if (c.stopped) {
+      if (w == c.pid || (w < 0 && errno == ECHILD)) {
+        if (w < 0) status = -1;  // reaped elsewhere: how it ended is unknown
+        if (c.progress >= 0) {
+          drain(c, events, forward);
+          ::close(c.progress);
+          c.progress = -1;
+        }
+        const bool wrote_record = w == c.pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                                  fs::exists(job.record_path);
+        if (c.stopped && !wrote_record) {
           not_run.push_back(c.job);
         } else if (events.done) {
           events.done(c.job, finish(job, c, status));

@@ -51,8 +51,13 @@ struct Comparison {
   std::vector<MetricChange> improvements;   // shrunk by more than the threshold
   std::vector<std::string> added, removed;  // scenarios in one report only
   std::size_t compared = 0;                 // scenarios in both
-  // A new failure, or a figure beyond the threshold: `graphcheck compare` exits 1.
-  [[nodiscard]] bool regressed() const { return !new_failures.empty() || !regressions.empty(); }
+  // Why a report is marked incomplete (a run stopped or crashed); empty when it is complete.
+  std::string base_incomplete, new_incomplete;
+  // A new failure, a figure beyond the threshold, or an incomplete new run (what it did not run
+  // is unjudged): `graphcheck compare` exits 1.
+  [[nodiscard]] bool regressed() const {
+    return !new_failures.empty() || !regressions.empty() || !new_incomplete.empty();
+  }
 };
 
 // Reads both reports (throws ReportError naming the file) and compares them.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -93,8 +94,12 @@ struct TensorInfo {
 // reference implementation validates in; it does not depend on the header's key order.
 class File {
  public:
-  // Maps and validates the file; throws Error naming the path and the problem.
+  // Maps and validates the file; throws Error naming the path and the problem. Anything that
+  // is not a regular file (a directory, a FIFO, a device) is refused before it is opened.
   static File open(const std::string& path);
+  // Validates an in-memory image of a file, with the same checks as open(); the bytes are
+  // copied. `name` stands for the path in messages and in path(). For tests and fuzzing.
+  static File parse(std::span<const std::byte> bytes, const std::string& name);
 
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -120,13 +125,17 @@ class File {
 
  private:
   File() = default;
+  // Validates the image at m_map (m_file_size bytes) and fills the members below from it.
+  void validate();
   void release() noexcept;
 
   std::string m_path;
+  std::vector<std::byte> m_owned;  // parse()'s copy of the bytes; empty for a mapped file
   std::vector<TensorInfo> m_tensors;
   std::map<std::string, std::size_t, std::less<>> m_index;  // name -> position in m_tensors
   std::map<std::string, std::string> m_metadata;
-  const std::byte* m_map = nullptr;
+  const std::byte* m_map = nullptr;  // the mmap (m_mapped) or m_owned.data()
+  bool m_mapped = false;
   std::uint64_t m_file_size = 0;
   std::uint64_t m_data_offset = 0;
 };

@@ -79,6 +79,9 @@ struct Scenario {
   // does, and fails when the run completes or stops with another error.
   std::string expect_error;
   std::string expect_error_where;  // file:line:column
+  // Seconds its process may run before it is killed and reported as crashed; 0: the run's
+  // default. `--timeout` given on the command line wins over it.
+  double timeout = 0;
 };
 
 // The names a scenario may refer to. Supplied by the caller so that parsing stays torch-free.
@@ -88,11 +91,22 @@ struct ScenarioCatalog {
   std::function<bool(const std::string&)> is_mutation;
 };
 
-// Parses and validates one file. Throws ScenarioError ("file:line:col: message").
+// Parses and validates one file. Throws ScenarioError ("file:line:col: message"). Hostile input
+// is an error too, never a hang or a crash: a path that is not a regular file (a FIFO, a
+// directory, a device) is refused before it is opened; files over 1 MiB, YAML nested deeper
+// than 64 levels, anchors and aliases that expand to more than 100,000 nodes, strings that are
+// not UTF-8 and tabs in the indentation are each a ScenarioError naming the place (see Note
+// [Scenario file limits] in scenario.cpp).
 [[nodiscard]] Scenario parse_scenario_file(const std::string& path, const ScenarioCatalog& catalog);
 
+// Parses scenario text as parse_scenario_file does; `path` stands for the file in messages and
+// is the base of a relative `checkpoint:` path. For tests and fuzzing.
+[[nodiscard]] Scenario parse_scenario_text(const std::string& text, const std::string& path,
+                                           const ScenarioCatalog& catalog);
+
 // Expands files and directories (every *.yaml / *.yml below, sorted) into scenario file paths.
-// Throws ScenarioError for a path that does not exist.
+// Throws ScenarioError for a path that does not exist, and for one (given, or a *.yaml / *.yml
+// found below a directory) that is neither a regular file nor a directory, e.g. a FIFO.
 [[nodiscard]] std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths);
 
 }  // namespace graphcheck

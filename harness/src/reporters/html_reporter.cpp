@@ -101,7 +101,7 @@ struct Frame {
 
 // A "nice" axis maximum and step (1, 2, 5 x 10^k) for `ticks` intervals.
 std::pair<double, double> nice_axis(double max, int ticks, double base) {
-  if (!(max > 0)) return {1, 1.0 / ticks};
+  if (!(max > 1e-12) || !std::isfinite(max)) return {1, 1.0 / ticks};
   const double raw = max / ticks;
   double mag = std::pow(base, std::floor(std::log(raw) / std::log(base)));
   for (double m : {1.0, 2.0, 5.0, 10.0}) {

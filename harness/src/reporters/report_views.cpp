@@ -92,7 +92,36 @@ bool unexpected(const RunRecord& run, const ScenarioRecord& r) {
   return std::any_of(r.verdicts.begin(), r.verdicts.end(), [](const MutationVerdict& v) { return !v.ok(); });
 }
 
-std::string markup_escape(const std::string& s) {
+std::string utf8_clean(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (ok && len > 1) {
+      // No overlong forms, surrogates or code points past U+10FFFF.
+      std::uint32_t cp = c & (0xff >> (len + 1));
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3f);
+      const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= min[len] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    }
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string markup_escape(const std::string& text) {
+  const std::string s = utf8_clean(text);
   std::string out;
   out.reserve(s.size());
   for (unsigned char c : s) {

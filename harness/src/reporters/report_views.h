@@ -53,6 +53,10 @@ struct SpanRow {
 // (not inside a code span, which shows entities as they are).
 [[nodiscard]] std::string markdown_cell(const std::string& text, bool html = true);
 
+// The text with every byte sequence that is not UTF-8 (binary output, a character cut in two)
+// replaced by U+FFFD, so that XML and HTML reports stay well formed.
+[[nodiscard]] std::string utf8_clean(const std::string& text);
+
 // "1.23 s", "45.6 ms", "789 µs".
 [[nodiscard]] std::string format_seconds(double seconds);
 // "512 B", "1.5 KiB", "2.00 GiB".
