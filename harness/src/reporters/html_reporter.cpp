@@ -307,11 +307,16 @@ std::string scenario_html(const ScenarioRecord& r, std::size_t index, bool open)
     }
     h += "</ul>";
   }
-  h += "<div class=\"charts\">";
-  h += fmt::format("<div class=\"chart\"><h4>Memory across phases and refit cycles</h4>{}</div>", memory_chart(r));
-  h += fmt::format("<div class=\"chart\"><h4>Timeline</h4>{}</div>", timeline_chart(r));
-  h += fmt::format("<div class=\"chart\"><h4>Model time per phase</h4>{}</div>", phase_chart(r));
-  h += "</div>";
+  if (r.crash) {
+    // Its measurements died with its process: no chart to draw.
+    h += "<p class=\"muted\">No charts: the scenario's process ended before it could report its measurements.</p>";
+  } else {
+    h += "<div class=\"charts\">";
+    h += fmt::format("<div class=\"chart\"><h4>Memory across phases and refit cycles</h4>{}</div>", memory_chart(r));
+    h += fmt::format("<div class=\"chart\"><h4>Timeline</h4>{}</div>", timeline_chart(r));
+    h += fmt::format("<div class=\"chart\"><h4>Model time per phase</h4>{}</div>", phase_chart(r));
+    h += "</div>";
+  }
   if (!r.findings.empty()) h += fmt::format("<h3>Findings ({})</h3>", r.findings.size());
   // The first few with their evidence open; the rest one click away.
   for (std::size_t i = 0; i < r.findings.size(); ++i) h += finding_html(r.findings[i], i < 3);
