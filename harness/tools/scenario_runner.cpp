@@ -214,7 +214,13 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
     ::close(fd);
     fd = high;
   }
-  if (pipefd[0] < 0 || pipefd[1] < 0) throw std::runtime_error(fmt::format("fcntl: {}", std::strerror(errno)));
+  if (pipefd[0] < 0 || pipefd[1] < 0) {
+    const int error = errno;
+    for (int fd : pipefd) {
+      if (fd >= 0) ::close(fd);
+    }
+    throw std::runtime_error(fmt::format("fcntl: {}", std::strerror(error)));
+  }
   const int log_fd = ::open(job.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int log = log_fd < 0 ? -1 : ::fcntl(log_fd, F_DUPFD_CLOEXEC, 10);
   if (log_fd >= 0) ::close(log_fd);
