@@ -55,6 +55,10 @@ std::string now_iso8601() {
 
 // ---- reports ------------------------------------------------------------------------------
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Where a run's reports go: each path given, or REPORT_DIR/<default name>; "-" leaves one out.
 struct ReportPaths {
   std::string json, junit, markdown, html, trace;
@@ -103,6 +107,28 @@ struct ReportPaths {
   }
 };
 
+// Whether the reports are due for an intermediate rewrite. Each rewrite renders the whole run
+// so far, so rewriting after every scenario costs time quadratic in the number of scenarios;
+// this keeps rewrites at least a second apart and at most about a tenth of the run's time. The
+// first finished scenario is always written, and the final reports always are.
+class RewriteThrottle {
+ public:
+  [[nodiscard]] bool due() const {
+    return !m_last || seconds_since(*m_last) >= std::max(1.0, 10 * m_cost);
+  }
+  template <class Write>
+  void write(Write&& write) {
+    const auto t0 = std::chrono::steady_clock::now();
+    write();
+    m_cost = seconds_since(t0);
+    m_last = std::chrono::steady_clock::now();
+  }
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> m_last;
+  double m_cost = 0;  // seconds the last rewrite took
+};
+
 // Writes the cumulative reports; false (after saying why) when one cannot be written.
 bool write_reports(gc::Reporter& reporters, const gc::RunRecord& run) {
   try {
@@ -112,10 +138,6 @@ bool write_reports(gc::Reporter& reporters, const gc::RunRecord& run) {
     fmt::print(stderr, "graphcheck: writing reports failed: {}\n", e.what());
     return false;
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // ---- run ----------------------------------------------------------------------------------
@@ -445,21 +467,24 @@ int cmd_run(const RunArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::optional<gc::ScenarioRecord>> records(plan.size());
   bool writable = true;
-  // Reports are rewritten after every scenario, marked incomplete until the run ends.
-  auto publish = [&](bool complete) {
+  // Reports are rewritten as scenarios finish (throttled), marked incomplete until the run ends.
+  RewriteThrottle throttle;
+  // `last`: the run's final reports, written whatever the throttle says.
+  auto publish = [&](bool complete, bool last) {
+    if (!last && !throttle.due()) return;
     run.scenarios.clear();
     for (const auto& r : records) {
       if (r) run.scenarios.push_back(*r);
     }
     run.complete = complete;
     run.seconds = seconds_since(start);
-    writable = write_reports(files, run) && writable;
+    throttle.write([&] { writable = write_reports(files, run) && writable; });
   };
   gc::cli::install_stop_handlers();
   const std::vector<std::size_t> stopped =
       execute(plan, args.exec, &console, [&](std::size_t i, gc::ScenarioRecord r) {
         records[i] = std::move(r);
-        publish(false);
+        publish(false, false);
       });
   const int signal = gc::cli::g_stop_signal;
   if (signal != 0) {
@@ -467,7 +492,7 @@ int cmd_run(const RunArgs& args) {
     for (std::size_t i : stopped) names.push_back(plan[i].scenario->name);
     run.incomplete_reason = stop_reason(signal, plan.size() - stopped.size(), plan.size(), names);
   }
-  publish(signal == 0);
+  publish(signal == 0, true);
   console.on_run_done(run);
   if (!writable) return kExitHarness;
   fmt::print("reports: {}\n", paths_out.written());
@@ -541,11 +566,14 @@ int cmd_mutants(const MutantsArgs& args) {
   std::vector<std::set<std::string>> clean_failed(plan.size());
   std::size_t next_row = 0;  // rows are judged and printed in plan order
   bool writable = true;
-  auto publish = [&](bool complete) {
+  RewriteThrottle throttle;
+  // `last`: the run's final reports, written whatever the throttle says.
+  auto publish = [&](bool complete, bool last) {
+    if (!last && !throttle.due()) return;
     run.kill_matrix = matrix;
     run.complete = complete;
     run.seconds = seconds_since(start);
-    writable = write_reports(files, run) && writable;
+    throttle.write([&] { writable = write_reports(files, run) && writable; });
   };
   // In plan order up to the first unfinished run; `all`: past it too (a stopped run), each row
   // whose clean run finished.
@@ -584,7 +612,7 @@ int cmd_mutants(const MutantsArgs& args) {
   const std::vector<std::size_t> stopped = execute(plan, args.exec, nullptr, [&](std::size_t i, gc::ScenarioRecord r) {
     records[i] = std::move(r);
     add_rows(false);
-    publish(false);
+    publish(false, false);
   });
   const int signal = gc::cli::g_stop_signal;
   if (signal != 0) {
@@ -604,7 +632,7 @@ int cmd_mutants(const MutantsArgs& args) {
       matrix.problems.push_back(problem);
     }
   }
-  publish(signal == 0);
+  publish(signal == 0, true);
   if (!writable) return kExitHarness;
   fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {}\n", run.scenarios.size(), matrix.problems.size(),
              run.seconds, paths_out.written());
@@ -773,7 +801,7 @@ int main(int argc, char** argv) {
   RunArgs run_args;
   CLI::App* run = app.add_subcommand(
       "run", "Run scenario files (default: scenarios/), each in a child process of its own. Reports "
-             "are rewritten after every scenario (marked incomplete until the run ends). Exit 0 all "
+             "are rewritten as scenarios finish (marked incomplete until the run ends). Exit 0 all "
              "passed, 1 a check failed, 2 bad usage/scenario/checkpoint, 3 a scenario crashed or "
              "timed out, 128+N stopped by signal N (SIGINT, SIGTERM)");
   run->add_option("paths", run_args.paths, "Scenario files or directories");
