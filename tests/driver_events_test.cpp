@@ -41,6 +41,10 @@ class RecordingProbe final : public Probe {
   void on_compare_end(RunContext&, const CompareEvent& e) override { add("compare_end", e); }
   void on_refit_begin(RunContext&, const PhaseEvent& e) override { add("refit_begin", e); }
   void on_refit_end(RunContext&, const PhaseEvent& e) override { add("refit_end", e); }
+  void on_sleep_begin(RunContext&, const SleepEvent& e) override { add(fmt::format("sleep_begin[{}]", e.level), e); }
+  void on_sleep_end(RunContext&, const SleepEvent& e) override { add("sleep_end", e); }
+  void on_wake_begin(RunContext&, const SleepEvent& e) override { add("wake_begin", e); }
+  void on_wake_end(RunContext&, const SleepEvent& e) override { add("wake_end", e); }
   void on_hook(RunContext&, const HookEvent& e) override {
     m_log.push_back(fmt::format("{} hook {} {} in {}@{}", m_id, e.module_path, e.hook,
                                 to_string(e.phase), e.cycle));

@@ -303,6 +303,107 @@ cycles:
   EXPECT_THAT(message, HasSubstr("unknown key 'refti' in cycle (did you mean 'refit'?)"));
 }
 
+// ---- cycle kinds: sleep / wake, reload, bucket sweeps, chunked reloads, prefill -------------
+
+TEST_F(ScenarioFileTest, CycleKindsParse) {
+  const Scenario s = parse_scenario_file(write("kinds.yaml", R"(scenario: kinds
+model: {fixture: dsv4}
+capture: {batch_sizes: [1, 2], eager_batch_sizes: [8, 16]}
+cycles:
+  - refit: {seed: 2}
+  - sleep: {level: 1}
+  - sleep: {level: 2}
+  - sleep: {level: 2, seed: 5}
+  - reload: {}
+  - reload:
+  - refit: {seed: 6, buckets: sweep, max_splits: 4, pwal: per_bucket}
+  - refit: {seed: 7, pwal: per_bucket, buckets: [{name: a, only: [layers.0.]}, {name: b, only: [layers.1.]}]}
+  - refit: {seed: 8, pwal: once, buckets: [{name: a, only: [layers.0.]}]}
+)"), test_catalog());
+  ASSERT_EQ(s.cycles.size(), 9u);
+  EXPECT_EQ(s.eager_batch_sizes, (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(s.cycles[0].kind, CycleKind::refit);
+  EXPECT_TRUE(s.cycles[0].new_weights());
+  EXPECT_EQ(s.cycles[1].kind, CycleKind::sleep);
+  EXPECT_EQ(s.cycles[1].sleep_level, 1);
+  EXPECT_FALSE(s.cycles[1].new_weights());
+  EXPECT_EQ(s.cycles[2].sleep_level, 2);
+  EXPECT_FALSE(s.cycles[2].has_seed);
+  EXPECT_FALSE(s.cycles[2].new_weights());
+  EXPECT_TRUE(s.cycles[3].has_seed);
+  EXPECT_EQ(s.cycles[3].seed, 5u);
+  EXPECT_TRUE(s.cycles[3].new_weights());
+  EXPECT_EQ(s.cycles[4].kind, CycleKind::reload);
+  EXPECT_EQ(s.cycles[5].kind, CycleKind::reload);
+  EXPECT_FALSE(s.cycles[4].new_weights());
+  EXPECT_TRUE(s.cycles[6].sweep);
+  EXPECT_EQ(s.cycles[6].max_splits, 4);
+  EXPECT_TRUE(s.cycles[6].pwal_per_bucket);
+  EXPECT_TRUE(s.cycles[7].pwal_per_bucket);
+  EXPECT_EQ(s.cycles[7].buckets.size(), 2u);
+  EXPECT_FALSE(s.cycles[8].pwal_per_bucket);
+  EXPECT_TRUE(s.warnings.empty()) << s.warnings.front();
+}
+
+TEST_F(ScenarioFileTest, CyclesThatAllCarryTheHeldWeightsGetAWarning) {
+  const Scenario same = parse_scenario_file(write("same.yaml", R"(scenario: same
+model: {fixture: dsv4}
+seed: 3
+capture: {batch_sizes: [1]}
+cycles:
+  - reload: {}
+  - sleep: {level: 2}
+  - refit: {seed: 3}
+)"), test_catalog());
+  ASSERT_EQ(same.warnings.size(), 1u);
+  EXPECT_THAT(same.warnings[0], HasSubstr("every cycle of this scenario carries the weights the model already holds"));
+  EXPECT_THAT(same.warnings[0], HasSubstr("add a refit with another seed"));
+
+  const Scenario other = parse_scenario_file(write("other.yaml", R"(scenario: other
+model: {fixture: dsv4}
+seed: 3
+capture: {batch_sizes: [1]}
+cycles:
+  - reload: {}
+  - sleep: {level: 2, seed: 4}
+)"), test_catalog());
+  EXPECT_TRUE(other.warnings.empty());
+  const Scenario none = parse_scenario_file(write("none.yaml", R"(scenario: none
+model: {fixture: dsv4}
+capture: {batch_sizes: [1]}
+)"), test_catalog());
+  EXPECT_TRUE(none.warnings.empty());
+}
+
+TEST_F(ScenarioFileTest, CycleKindErrorsNameThePlaceAndTheFix) {
+  const auto cycles = [](const std::string& cycle) {
+    return "scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1]}\ncycles:\n" + cycle;
+  };
+  EXPECT_THAT(error_for(cycles("  - sleep: {level: 3}\n")),
+              AllOf(HasSubstr(":5:20: "), HasSubstr("sleep level must be 1")));
+  EXPECT_THAT(error_for(cycles("  - sleep: {}\n")), HasSubstr("'level'"));
+  EXPECT_THAT(error_for(cycles("  - sleep: {level: 1, seed: 4}\n")),
+              AllOf(HasSubstr(":5:29: "), HasSubstr("level 1 keeps the weights")));
+  EXPECT_THAT(error_for(cycles("  - sleep: {levle: 1}\n")), HasSubstr("unknown key 'levle' in sleep (did you mean 'level'?)"));
+  EXPECT_THAT(error_for(cycles("  - reload: {seed: 2}\n")), HasSubstr("'reload' takes no options"));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2}\n    reload: {}\n")),
+              AllOf(HasSubstr(":5:5: "), HasSubstr("a cycle is one step")));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, buckets: swep}\n")),
+              HasSubstr("'buckets' must be 'sweep' or a non-empty list"));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, max_splits: 4}\n")),
+              HasSubstr("'max_splits' bounds a bucket sweep: it needs buckets: sweep"));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, buckets: sweep, max_splits: 0}\n")),
+              HasSubstr("'max_splits' must be between 1 and 100000"));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, pwal: per_bucket}\n")),
+              HasSubstr("'pwal: per_bucket' needs buckets"));
+  EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, buckets: sweep, pwal: each}\n")),
+              HasSubstr("unknown pwal mode 'each': use once"));
+  EXPECT_THAT(error_for("scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1, 4], eager_batch_sizes: [4]}\n"),
+              AllOf(HasSubstr(":3:52: "), HasSubstr("batch size 4 is both captured and eager-only")));
+  EXPECT_THAT(error_for("scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1], eager_batch_sizes: []}\n"),
+              HasSubstr("'capture.eager_batch_sizes' must be a non-empty list"));
+}
+
 // ---- errors: names ----------------------------------------------------------------------------
 
 TEST_F(ScenarioFileTest, UnknownFixture) {
@@ -862,7 +963,7 @@ capture: {batch_sizes: [1]}
 cycles:
   - refit: {seed: 2, buckets: []}
 )"),
-              HasSubstr("'buckets' must be a non-empty list"));
+              HasSubstr("'buckets' must be 'sweep' or a non-empty list"));
 }
 
 TEST_F(ScenarioFileTest, PoisonOptionsAreValidated) {

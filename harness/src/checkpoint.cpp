@@ -95,14 +95,16 @@ bool matches_any_prefix(const std::string& name, const std::vector<std::string>&
 }
 
 SafetensorsWeightStream::SafetensorsWeightStream(const std::string& path,
-                                                 std::vector<std::string> only)
-    : m_file(st::File::open(path)), m_only(std::move(only)) {}
+                                                 std::vector<std::string> only,
+                                                 std::set<std::string> names)
+    : m_file(st::File::open(path)), m_only(std::move(only)), m_names(std::move(names)) {}
 
 std::optional<NamedTensor> SafetensorsWeightStream::next() {
   const auto& infos = m_file.tensors();
   while (m_next < infos.size()) {
     const auto& info = infos[m_next++];
     if (!matches_any_prefix(info.name, m_only)) continue;
+    if (!m_names.empty() && !m_names.count(info.name)) continue;
     return NamedTensor{info.name, read_tensor(m_file, info)};
   }
   return std::nullopt;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <type_traits>
 
@@ -17,6 +18,8 @@
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
+#include "graphcheck/safetensors.h"
+#include "poison.h"
 #include "tensor_format.h"
 #include "tolerance.h"
 
@@ -32,6 +35,8 @@ const char* to_string(Phase phase) {
     case Phase::replay: return "replay";
     case Phase::compare: return "compare";
     case Phase::refit: return "refit";
+    case Phase::sleep: return "sleep";
+    case Phase::wake: return "wake";
   }
   return "unknown";
 }
@@ -63,6 +68,17 @@ GRAPHCHECK_REGISTER_MUTATION(
 GRAPHCHECK_REGISTER_MUTATION(
     "driver.skip_pwal_on_refit", "driver",
     "the loader does not call process_weights_after_loading() after a refit (any model)");
+GRAPHCHECK_REGISTER_MUTATION(
+    "driver.sleep_drops_buffers", "driver",
+    "the engine does not save the model's registered buffers before a level-2 sleep, so buffers "
+    "computed at construction (rotary cos/sin tables) stay discarded after the wake (vLLM #16564 "
+    "reverted; any model with such a buffer)");
+
+std::string RunContext::after_cycle(int cycle) const {
+  if (cycle == 0) return "after the initial load";
+  const CycleStep* step = cycle_step(cycle);
+  return step ? fmt::format("after {}", step->label) : fmt::format("after cycle {}", cycle);
+}
 
 namespace {
 
@@ -220,6 +236,10 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] Pass pass() const override { return m_pass; }
   [[nodiscard]] double noise_floor(std::int64_t batch_size) const override;
   [[nodiscard]] const std::vector<GraphView>& graphs() const override { return m_views; }
+  [[nodiscard]] const CycleStep* cycle_step(int cycle) const override {
+    if (cycle < 1 || static_cast<std::size_t>(cycle) > m_steps.size()) return nullptr;
+    return &m_steps[static_cast<std::size_t>(cycle) - 1];
+  }
   [[nodiscard]] std::vector<NamedTensor> live_tensors() override {
     if (!m_model) return {};
     return call_model(m_phase, "extra_tensors()", [&] { return graphcheck::live_tensors(*m_model); });
@@ -317,9 +337,21 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) override;
 
  private:
+  // Where a load's tensors come from: a checkpoint file, or the weights model A holds (in memory).
+  struct LoadSource {
+    std::string path;
+    const std::vector<NamedTensor>* tensors = nullptr;
+  };
   void lifecycle();
-  void load(bool refit, const std::string& path, const std::vector<std::string>& only,
-            const std::string& bucket);
+  void run_cycles();
+  CycleStep& new_step(const RefitSpec& spec);
+  void run_step(const CycleStep& step);
+  void sweep(const RefitSpec& spec);
+  void refit_step(const CycleStep& step);
+  void sleep_step(const CycleStep& step);
+  LoadSource source_for(const CycleStep& step);
+  void load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket);
+  void eager_compare(std::int64_t batch_size);
   void load_dummy();
   void check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
                     bool refit, const std::string& source);
@@ -410,6 +442,8 @@ class PassRun final : public RunContext, public PassControl {
   bool m_quiet = false;
   std::map<const void*, std::string> m_module_paths;
 
+  std::deque<CycleStep> m_steps;   // the cycles as run so far (stable addresses)
+  std::vector<NamedTensor> m_held;  // a reload's weights: what model A holds, by checkpoint name
   Phase m_phase = Phase::construct;
   int m_cycle = 0;
   std::int64_t m_batch_size = 0;
@@ -426,6 +460,7 @@ class Driver final : public HookSink {
     m_record.description = scenario.description;
     m_record.fixture = scenario.fixture;
     m_record.expected_catches = scenario.mutations;
+    m_record.warnings = scenario.warnings;
     m_record.mutations.assign(options.mutations.begin(), options.mutations.end());
     m_seed = options.seed.value_or(scenario.seed);
   }
@@ -743,7 +778,7 @@ void PassRun::lifecycle() {
         s.checkpoint.empty()
             ? m_driver.checkpoint_for(m_driver.seed(), *this, [&] { return construct_quiet("checkpoint synthesis"); })
             : s.checkpoint;
-    load(/*refit=*/false, path, {}, "");
+    load(/*refit=*/false, LoadSource{path}, CycleStep::Bucket{});
     pwal();
   }
 
@@ -796,65 +831,299 @@ void PassRun::lifecycle() {
   }
   if (!m_spec.refits) return;
 
-  // refit cycles
-  for (std::size_t k = 0; k < s.cycles.size(); ++k) {
-    const RefitSpec& spec = s.cycles[k];
-    m_cycle = static_cast<int>(k) + 1;
-    m_phase = Phase::refit;
-    // Synthesized before the window opens: the harness's work, not the model's.
-    const std::string path = m_driver.checkpoint_for(spec.seed + (m_driver.seed() - s.seed), *this,
-                                                     [&] { return construct_quiet("checkpoint synthesis"); });
-    PhaseEvent e = event(Phase::refit);
-    begin(&Probe::on_refit_begin, e);
-    // The loader stages once per refit, before the first bucket (DESIGN §1.4).
+  run_cycles();
+}
+
+// ---- cycles ---------------------------------------------------------------------------------
+
+CycleStep& PassRun::new_step(const RefitSpec& spec) {
+  CycleStep& step = m_steps.emplace_back();
+  step.cycle = static_cast<int>(m_steps.size());
+  step.kind = spec.kind;
+  step.sleep_level = spec.sleep_level;
+  step.where = spec.where;
+  // A `--seed` shifts every seed of the scenario alike.
+  step.seed = spec.seed + (m_driver.seed() - scenario().seed);
+  step.pwal_per_bucket = spec.pwal_per_bucket;
+  m_cycle = step.cycle;
+  return step;
+}
+
+void PassRun::run_cycles() {
+  for (const RefitSpec& spec : scenario().cycles) {
+    if (spec.kind == CycleKind::refit && spec.sweep) {
+      sweep(spec);
+      continue;
+    }
+    CycleStep& step = new_step(spec);
+    switch (spec.kind) {
+      case CycleKind::refit:
+        step.prefixes = spec.prefixes();
+        for (const RefitBucket& b : spec.buckets) step.buckets.push_back({b.name, b.only, {}});
+        step.label = fmt::format("refit cycle {}", step.cycle);
+        if (spec.pwal_per_bucket) step.label += " (chunked: stage, load and PWAL per bucket)";
+        break;
+      case CycleKind::reload:
+        step.held_weights = true;
+        step.label = fmt::format("cycle {} (a reload of the weights the model holds)", step.cycle);
+        break;
+      case CycleKind::sleep:
+        step.loads = spec.sleep_level == 2;
+        step.held_weights = step.loads && !spec.has_seed;
+        step.label = fmt::format("cycle {} (sleep level {}, wake{})", step.cycle, spec.sleep_level,
+                                 spec.sleep_level == 1  ? std::string()
+                                 : step.held_weights ? std::string(", reload of the held weights")
+                                                     : fmt::format(", reload of new weights, seed {}", step.seed));
+        break;
+    }
+    run_step(step);
+  }
+}
+
+void PassRun::run_step(const CycleStep& step) {
+  m_cycle = step.cycle;
+  if (step.kind == CycleKind::sleep) {
+    sleep_step(step);
+  } else {
+    refit_step(step);
+  }
+  if (m_spec.replays) replay_all();
+}
+
+// `buckets: sweep`: one refit per split position of the stream (the checkpoint's tensor order),
+// two buckets each, each step with weights of its own (seed + step) so that a tensor left stale
+// by one split differs from what it should hold.
+void PassRun::sweep(const RefitSpec& spec) {
+  const std::uint64_t first_seed = spec.seed + (m_driver.seed() - scenario().seed);
+  const std::string path =
+      m_driver.checkpoint_for(first_seed, *this, [&] { return construct_quiet("checkpoint synthesis"); });
+  std::vector<std::string> names;
+  try {
+    const safetensors::File file = safetensors::File::open(path);
+    for (const auto& info : file.tensors()) names.push_back(info.name);
+  } catch (const safetensors::Error& e) {
+    throw UserError(e.what());
+  }
+  const auto n = static_cast<std::int64_t>(names.size());
+  if (n < 2) {
+    throw UserError(fmt::format("{}: a bucket sweep splits the refit stream in two, but the "
+                                "checkpoint holds {} tensor: drop 'buckets: sweep'",
+                                spec.where, n));
+  }
+  // Split positions k (the first bucket streams tensors [0, k)): all of 1 .. n-1, or max_splits
+  // of them evenly spaced, the first and the last included.
+  std::vector<std::int64_t> positions;
+  const std::int64_t count = std::min(n - 1, spec.max_splits);
+  for (std::int64_t j = 0; j < count; ++j) {
+    const std::int64_t k = count == 1 ? 1 : 1 + j * (n - 2) / (count - 1);
+    if (positions.empty() || positions.back() != k) positions.push_back(k);
+  }
+  for (std::size_t j = 0; j < positions.size(); ++j) {
+    const std::int64_t k = positions[j];
+    CycleStep& step = new_step(spec);
+    step.seed = first_seed + j;
+    CycleStep::Bucket head{fmt::format("tensors 1-{}", k), {}, {}};
+    CycleStep::Bucket tail{fmt::format("tensors {}-{}", k + 1, n), {}, {}};
+    for (std::int64_t i = 0; i < n; ++i) (i < k ? head : tail).names.insert(names[static_cast<std::size_t>(i)]);
+    step.buckets = {std::move(head), std::move(tail)};
+    step.label = fmt::format("refit cycle {} (bucket sweep, split {} of {}: after '{}', tensor {} of {}, seed {})",
+                             step.cycle, j + 1, positions.size(), names[static_cast<std::size_t>(k - 1)], k, n,
+                             step.seed);
+    run_step(step);
+  }
+}
+
+PassRun::LoadSource PassRun::source_for(const CycleStep& step) {
+  if (!step.held_weights) {
+    return LoadSource{m_driver.checkpoint_for(step.seed, *this, [&] { return construct_quiet("checkpoint synthesis"); })};
+  }
+  // What A holds: every refit so far over the initial checkpoint, in the checkpoint layout.
+  HarnessTime t(m_harness_seconds);
+  UncountedScope uncounted;  // the harness's copies, not the model's memory
+  m_held.clear();
+  for (const CheckpointEntry& entry : checkpoint_layout()) {
+    torch::Tensor held;
+    if (auto it = m_refit_weights.find(entry.checkpoint); it != m_refit_weights.end()) {
+      held = it->second;
+    } else if (auto initial = m_initial_weights.find(entry.checkpoint); initial != m_initial_weights.end()) {
+      held = initial->second;
+    }
+    if (!held.defined()) {
+      throw UserError(fmt::format(
+          "{}: {} streams the weights the model holds, but '{}' was never streamed (the initial "
+          "load was dummy and no earlier refit sent it): put a full refit before it",
+          step.where, step.label, entry.checkpoint));
+    }
+    // A copy: a loader that keeps the streamed tensor must not share storage with the records
+    // model B is built from.
+    m_held.push_back({entry.checkpoint, held.clone()});
+  }
+  return LoadSource{"", &m_held};
+}
+
+void PassRun::refit_step(const CycleStep& step) {
+  m_phase = Phase::refit;
+  // Synthesized before the window opens: the harness's work, not the model's.
+  const LoadSource source = source_for(step);
+  PhaseEvent e = event(Phase::refit);
+  begin(&Probe::on_refit_begin, e);
+  const auto stage = [&] {
     call_model(Phase::refit, "stage_for_refit()", [&] {
       torch::NoGradGuard no_grad;
       m_model->stage_for_refit();
       return 0;
     });
-    if (spec.buckets.empty()) {
-      load(/*refit=*/true, path, spec.only, "");
-    } else {
-      for (const RefitBucket& bucket : spec.buckets) load(/*refit=*/true, path, bucket.only, bucket.name);
-    }
+  };
+  const auto finish = [&] {
     if (mutation::enabled("driver.skip_pwal_on_refit")) {
       // Mutation: the loader skips PWAL after a refit.
     } else {
       pwal();
     }
-    m_phase = Phase::refit;
-    end(&Probe::on_refit_end, e);
-    if (m_spec.replays) replay_all();
+  };
+  const std::vector<CycleStep::Bucket> whole = {CycleStep::Bucket{"", step.prefixes, {}}};
+  const std::vector<CycleStep::Bucket>& buckets = step.buckets.empty() ? whole : step.buckets;
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    // The loader stages once per refit, before the first bucket (DESIGN §1.4); a chunked reload
+    // calls the whole loader per bucket.
+    if (i == 0 || step.pwal_per_bucket) stage();
+    load(/*refit=*/true, source, buckets[i]);
+    if (step.pwal_per_bucket) finish();
   }
+  if (!step.pwal_per_bucket) finish();
+  m_held.clear();
+  m_phase = Phase::refit;
+  end(&Probe::on_refit_end, e);
 }
 
-void PassRun::load(bool refit, const std::string& path, const std::vector<std::string>& only,
-                   const std::string& bucket) {
-  m_phase = Phase::load;
-  std::unique_ptr<SafetensorsWeightStream> file;
-  try {
-    file = std::make_unique<SafetensorsWeightStream>(path, only);
-  } catch (const safetensors::Error& e) {
-    throw UserError(e.what());
+namespace {
+
+// A storage's bytes as a uint8 tensor on its device.
+torch::Tensor storage_bytes(const c10::Storage& storage) {
+  torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(storage.device()));
+  bytes.set_(storage, 0, {static_cast<std::int64_t>(storage.nbytes())}, {1});
+  return bytes;
+}
+
+}  // namespace
+
+// Sleep mode as vLLM's allocator does it: what the level keeps is copied to host memory, every
+// storage of the model and of the graphs' reads is discarded (poison where it reads as NaN or as
+// a byte payload, zeros elsewhere: indices must stay in range), and the wake copies the kept
+// bytes back into the same storages. Level 2 keeps the registered buffers only (the engine's
+// save, vLLM #16564); the weights come back by the reload that follows.
+void PassRun::sleep_step(const CycleStep& step) {
+  SleepEvent se;
+  static_cast<PhaseEvent&>(se) = event(Phase::sleep);
+  se.level = step.sleep_level;
+  m_phase = Phase::sleep;
+  begin(&Probe::on_sleep_begin, se);
+  // Level 1 keeps whole storages (the allocator offloads allocations); level 2 keeps each
+  // registered buffer's own elements (the engine clones named buffers), so a tensor that shares
+  // a storage with a buffer is not restored with it.
+  std::vector<std::pair<c10::Storage, torch::Tensor>> kept_storages;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept_buffers;
+  {
+    HarnessTime t(m_harness_seconds);
+    UncountedScope uncounted;  // the host copies are the engine's, not the model's memory
+    if (step.sleep_level == 1) {
+      std::set<const c10::StorageImpl*> seen;
+      for (const auto& t : live_tensors()) {
+        if (!t.tensor.defined() || !t.tensor.has_storage()) continue;
+        const c10::Storage& storage = t.tensor.storage();
+        if (storage.nbytes() == 0 || !seen.insert(storage.unsafeGetStorageImpl()).second) continue;
+        kept_storages.emplace_back(storage, storage_bytes(storage).to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      }
+    } else if (!mutation::enabled("driver.sleep_drops_buffers")) {
+      for (const auto& item : m_model->module().named_buffers(/*recurse=*/true)) {
+        const torch::Tensor& b = item.value();
+        if (b.defined() && b.numel() > 0) kept_buffers.emplace_back(b, b.to(torch::kCPU, false, /*copy=*/true));
+      }
+    }
+    // Discard: every storage of the model and of the graphs' reads. A storage that any tensor or
+    // read views as integers or bools gets zeros (indices must stay in range), the others the
+    // poison of their dtype (NaN for floats, the sentinel byte for byte payloads).
+    std::map<const c10::StorageImpl*, std::pair<c10::Storage, c10::ScalarType>> storages;
+    std::set<const c10::StorageImpl*> integral;
+    const auto note = [&](const c10::Storage& storage, c10::ScalarType dtype) {
+      if (storage.nbytes() == 0) return;
+      storages.emplace(storage.unsafeGetStorageImpl(), std::make_pair(storage, dtype));
+      if (!c10::isFloatingType(dtype) && dtype != torch::kUInt8) integral.insert(storage.unsafeGetStorageImpl());
+    };
+    for (const auto& t : live_tensors()) {
+      if (t.tensor.defined() && t.tensor.has_storage()) note(t.tensor.storage(), t.tensor.scalar_type());
+    }
+    for (const GraphView& graph : m_views) {
+      for (const ResolvedRead& r : graph.reads) {
+        if (r.read.held) note(r.read.held, r.read.dtype);
+      }
+    }
+    for (const auto& [impl, item] : storages) {
+      fill_storage(item.first, integral.count(impl) ? std::uint8_t{0} : poison_byte(item.second));
+    }
+    m_driver.backend().synchronize();
   }
+  end(&Probe::on_sleep_end, se);
+
+  SleepEvent we = se;
+  we.phase = Phase::wake;
+  m_phase = Phase::wake;
+  begin(&Probe::on_wake_begin, we);
+  {
+    HarnessTime t(m_harness_seconds);
+    UncountedScope uncounted;
+    for (const auto& [storage, bytes] : kept_storages) storage_bytes(storage).copy_(bytes);
+    for (const auto& [buffer, saved] : kept_buffers) buffer.copy_(saved);
+    m_driver.backend().synchronize();
+  }
+  end(&Probe::on_wake_end, we);
+  if (step.loads) refit_step(step);
+}
+
+void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket) {
+  m_phase = Phase::load;
+  const auto wanted = [&](const std::string& name) {
+    if (!bucket.names.empty()) return bucket.names.count(name) > 0;
+    return bucket.only.empty() || matches_any_prefix(name, bucket.only);
+  };
   LoadEvent e;
   static_cast<PhaseEvent&>(e) = event(Phase::load);
   e.format = refit ? LoadFormat::checkpoint : scenario().load;
   e.refit = refit;
-  e.source = file->source();
-  e.bucket = bucket;
-  for (const auto& info : file->file().tensors()) {
-    if (only.empty() || matches_any_prefix(info.name, only)) e.expected.push_back(info.name);
+  e.bucket = bucket.name;
+  std::unique_ptr<WeightStream> stream_source;
+  if (source.tensors) {
+    std::vector<NamedTensor> list;
+    for (const auto& t : *source.tensors) {
+      if (wanted(t.name)) list.push_back(t);
+    }
+    for (const auto& t : list) e.expected.push_back(t.name);
+    e.source = fmt::format("the weights the model holds (cycle {})", m_cycle);
+    stream_source = std::make_unique<TensorListWeightStream>(std::move(list), e.source);
+  } else {
+    std::unique_ptr<SafetensorsWeightStream> file;
+    try {
+      file = std::make_unique<SafetensorsWeightStream>(source.path, bucket.only, bucket.names);
+    } catch (const safetensors::Error& e) {
+      throw UserError(e.what());
+    }
+    e.source = file->source();
+    for (const auto& info : file->file().tensors()) {
+      if (wanted(info.name)) e.expected.push_back(info.name);
+    }
+    stream_source = std::move(file);
   }
-  if (!only.empty() && e.expected.empty()) {
-    throw UserError(fmt::format("{}: refit cycle {}{} streams only {} but no tensor of {} has "
+  if (!bucket.only.empty() && e.expected.empty()) {
+    const CycleStep* step = cycle_step(m_cycle);
+    throw UserError(fmt::format("{}: {}{} streams only {} but no tensor of {} has "
                                 "such a prefix: fix the prefixes",
-                                scenario().file, m_cycle,
-                                bucket.empty() ? "" : fmt::format(" (bucket '{}')", bucket),
-                                fmt::join(only, ", "), e.source));
+                                step ? step->where : scenario().file,
+                                step ? step->label : fmt::format("refit cycle {}", m_cycle),
+                                bucket.name.empty() ? "" : fmt::format(" (bucket '{}')", bucket.name),
+                                fmt::join(bucket.only, ", "), e.source));
   }
   begin(&Probe::on_load_begin, e);
-  RecordingStream stream(*file, refit ? m_refit_weights : m_initial_weights, m_harness_seconds);
+  RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds);
   e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
   check_loaded(stream.seen(), e.loaded, refit, e.source);
   e.streamed = stream.take_streamed();
@@ -952,7 +1221,38 @@ void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
   }
 }
 
+// Prefill: an eager-only batch size (capture.eager_batch_sizes) runs through A and B as the
+// graphs' inputs do, so that a difference only the captured (decode) graphs show is told apart.
+void PassRun::eager_compare(std::int64_t batch_size) {
+  m_batch_size = batch_size;
+  TensorList inputs = input_for(batch_size, m_cycle + 1);
+  (void)reference_model();  // model B, outside every window
+  m_phase = Phase::compare;
+  CompareEvent c;
+  static_cast<PhaseEvent&>(c) = event(Phase::compare);
+  c.inputs = inputs;
+  c.reference_outputs = reference_forward(inputs);
+  begin(&Probe::on_compare_begin, c);
+  c.eager_outputs = eager(inputs);
+  {
+    HarnessTime t(m_harness_seconds);
+    UncountedScope uncounted;
+    c.noise_floor = noise_floor(batch_size);
+    const GraphBackend& backend = m_driver.backend();
+    for (const auto& out : c.eager_outputs) {
+      if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
+      const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
+      c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
+                                                           c.noise_floor, out.scalar_type(), magnitude));
+    }
+  }
+  end(&Probe::on_compare_end, c);
+}
+
 void PassRun::replay_all() {
+  if (m_pass == Pass::observe) {
+    for (std::int64_t b : scenario().eager_batch_sizes) eager_compare(b);
+  }
   for (std::size_t i = 0; i < m_graphs.size(); ++i) {
     CapturedGraph& graph = *m_graphs[i];
     const std::int64_t b = graph.batch_size();

@@ -245,7 +245,7 @@ class Parser {
 
     const YAML::Node capture = required(root, "capture", "scenario file");
     if (!capture.IsMap()) fail(capture, "'capture' must be a mapping: {batch_sizes: [1, 4]}");
-    check_keys(capture, "capture", {"batch_sizes"});
+    check_keys(capture, "capture", {"batch_sizes", "eager_batch_sizes"});
     const YAML::Node sizes = required(capture, "batch_sizes", "capture");
     if (!sizes.IsSequence() || sizes.size() == 0) {
       fail(sizes, "'capture.batch_sizes' must be a non-empty list of positive integers");
@@ -258,44 +258,55 @@ class Parser {
       }
       s.batch_sizes.push_back(static_cast<std::int64_t>(v));
     }
+    if (const YAML::Node eager = capture["eager_batch_sizes"]) {
+      if (!eager.IsSequence() || eager.size() == 0) {
+        fail(eager, "'capture.eager_batch_sizes' must be a non-empty list of positive integers: the "
+                    "batch sizes run eagerly only (prefill), beside the captured ones (decode)");
+      }
+      for (const auto& b : eager) {
+        const std::uint64_t v = unsigned_int(b, "batch size");
+        if (v == 0 || v > (1u << 20)) fail(b, "a batch size must be between 1 and 1048576");
+        const auto size = static_cast<std::int64_t>(v);
+        if (std::count(s.batch_sizes.begin(), s.batch_sizes.end(), size)) {
+          fail(b, fmt::format("batch size {} is both captured and eager-only: list it in one of "
+                              "batch_sizes and eager_batch_sizes",
+                              v));
+        }
+        if (std::count(s.eager_batch_sizes.begin(), s.eager_batch_sizes.end(), size)) {
+          fail(b, fmt::format("batch size {} is listed twice", v));
+        }
+        s.eager_batch_sizes.push_back(size);
+      }
+    }
 
     if (const YAML::Node cycles = root["cycles"]) {
-      if (!cycles.IsSequence()) fail(cycles, "'cycles' must be a list of - refit: {seed: N}");
+      if (!cycles.IsSequence()) {
+        fail(cycles, "'cycles' must be a list of - refit: {seed: N}, - reload: {} or - sleep: {level: 1}");
+      }
       for (const auto& cycle : cycles) {
-        if (!cycle.IsMap()) fail(cycle, "each cycle must be a mapping: - refit: {seed: N}");
-        check_keys(cycle, "cycle", {"refit"});
-        const YAML::Node refit = required(cycle, "refit", "cycle");
-        if (!refit.IsMap()) fail(refit, "'refit' must be a mapping: {seed: N, only: [prefix]}");
-        check_keys(refit, "refit", {"seed", "only", "buckets"});
+        if (!cycle.IsMap()) {
+          fail(cycle, "each cycle must be a mapping: - refit: {seed: N}, - reload: {} or - sleep: {level: 1}");
+        }
+        check_keys(cycle, "cycle", {"refit", "reload", "sleep"});
+        if (cycle.size() != 1) {
+          fail(cycle, "a cycle is one step: give refit, reload or sleep as separate list items (- refit: ...)");
+        }
         RefitSpec spec;
         spec.where = where(cycle.Mark());
-        spec.seed = unsigned_int(required(refit, "seed", "refit"), "refit seed");
-        if (const YAML::Node only = refit["only"]) spec.only = prefixes(only, "only");
-        if (const YAML::Node buckets = refit["buckets"]) {
-          if (refit["only"]) {
-            fail(buckets, "a refit takes either 'only' or 'buckets', not both: give each bucket "
-                          "its own prefixes");
+        if (const YAML::Node refit = cycle["refit"]) {
+          parse_refit(refit, spec);
+        } else if (const YAML::Node reload = cycle["reload"]) {
+          if (!reload.IsNull() && !(reload.IsMap() && reload.size() == 0)) {
+            fail(reload, "'reload' takes no options: write - reload: {} (it streams the weights the model holds now)");
           }
-          if (!buckets.IsSequence() || buckets.size() == 0) {
-            fail(buckets, "'buckets' must be a non-empty list of {name: NAME, only: [prefix]}");
-          }
-          for (const auto& b : buckets) {
-            if (!b.IsMap()) fail(b, "each bucket must be a mapping: {name: NAME, only: [prefix]}");
-            check_keys(b, "bucket", {"name", "only"});
-            RefitBucket bucket;
-            bucket.name = required_string(b, "name", "bucket");
-            if (bucket.name.empty()) fail(b["name"], "a bucket name must not be empty");
-            for (const auto& other : spec.buckets) {
-              if (other.name == bucket.name) {
-                fail(b["name"], fmt::format("bucket '{}' is listed twice in this refit", bucket.name));
-              }
-            }
-            bucket.only = prefixes(required(b, "only", "bucket"), "only");
-            spec.buckets.push_back(std::move(bucket));
-          }
+          spec.kind = CycleKind::reload;
+          spec.has_seed = false;
+        } else {
+          parse_sleep(cycle["sleep"], spec);
         }
         s.cycles.push_back(std::move(spec));
       }
+      same_weights_warning(s);
     }
 
     const YAML::Node checks = root["checks"];
@@ -405,6 +416,96 @@ class Parser {
   }
 
  private:
+  void parse_refit(const YAML::Node& refit, RefitSpec& spec) {
+    if (!refit.IsMap()) fail(refit, "'refit' must be a mapping: {seed: N, only: [prefix]}");
+    check_keys(refit, "refit", {"seed", "only", "buckets", "pwal", "max_splits"});
+    spec.seed = unsigned_int(required(refit, "seed", "refit"), "refit seed");
+    if (const YAML::Node only = refit["only"]) spec.only = prefixes(only, "only");
+    if (const YAML::Node buckets = refit["buckets"]) {
+      if (refit["only"]) {
+        fail(buckets, "a refit takes either 'only' or 'buckets', not both: give each bucket "
+                      "its own prefixes");
+      }
+      if (buckets.IsScalar() && buckets.Scalar() == "sweep") {
+        spec.sweep = true;
+      } else if (!buckets.IsSequence() || buckets.size() == 0) {
+        fail(buckets, "'buckets' must be 'sweep' or a non-empty list of {name: NAME, only: [prefix]}");
+      } else {
+        for (const auto& b : buckets) {
+          if (!b.IsMap()) fail(b, "each bucket must be a mapping: {name: NAME, only: [prefix]}");
+          check_keys(b, "bucket", {"name", "only"});
+          RefitBucket bucket;
+          bucket.name = required_string(b, "name", "bucket");
+          if (bucket.name.empty()) fail(b["name"], "a bucket name must not be empty");
+          for (const auto& other : spec.buckets) {
+            if (other.name == bucket.name) {
+              fail(b["name"], fmt::format("bucket '{}' is listed twice in this refit", bucket.name));
+            }
+          }
+          bucket.only = prefixes(required(b, "only", "bucket"), "only");
+          spec.buckets.push_back(std::move(bucket));
+        }
+      }
+    }
+    if (const YAML::Node max = refit["max_splits"]) {
+      if (!spec.sweep) fail(max, "'max_splits' bounds a bucket sweep: it needs buckets: sweep");
+      const std::uint64_t v = unsigned_int(max, "max_splits");
+      if (v == 0 || v > 100000) fail(max, "'max_splits' must be between 1 and 100000");
+      spec.max_splits = static_cast<std::int64_t>(v);
+    }
+    if (const YAML::Node pwal = refit["pwal"]) {
+      const std::string mode = scalar_string(pwal, "pwal");
+      if (mode == "per_bucket") {
+        spec.pwal_per_bucket = true;
+      } else if (mode != "once") {
+        fail(pwal, fmt::format("unknown pwal mode {}: use once (one PWAL after the last bucket) or "
+                               "per_bucket (a chunked reload: stage, load and PWAL per bucket)",
+                               printable(mode)));
+      }
+      if (spec.pwal_per_bucket && spec.buckets.empty() && !spec.sweep) {
+        fail(pwal, "'pwal: per_bucket' needs buckets (a list, or sweep) to call the loader per bucket");
+      }
+    }
+  }
+
+  void parse_sleep(const YAML::Node& sleep, RefitSpec& spec) {
+    if (!sleep.IsMap()) fail(sleep, "'sleep' must be a mapping: {level: 1} or {level: 2, seed: N}");
+    check_keys(sleep, "sleep", {"level", "seed"});
+    spec.kind = CycleKind::sleep;
+    const YAML::Node level = required(sleep, "level", "sleep");
+    const std::uint64_t v = unsigned_int(level, "sleep level");
+    if (v != 1 && v != 2) {
+      fail(level, "sleep level must be 1 (offload the weights, discard the rest) or 2 (discard "
+                  "everything, reload after the wake)");
+    }
+    spec.sleep_level = static_cast<int>(v);
+    spec.has_seed = false;
+    if (const YAML::Node seed = sleep["seed"]) {
+      if (spec.sleep_level != 2) {
+        fail(seed, "'seed' gives the weights of the reload after a level-2 wake; level 1 keeps the "
+                   "weights and reloads nothing: drop it, or use level: 2");
+      }
+      spec.seed = unsigned_int(seed, "sleep seed");
+      spec.has_seed = true;
+    }
+  }
+
+  // Refits that all carry the weights model A already holds cannot show a stale read: a graph
+  // reading an old tensor reads the same numbers.
+  static void same_weights_warning(Scenario& s) {
+    if (s.cycles.empty()) return;
+    for (const RefitSpec& c : s.cycles) {
+      // A sweep's splits after the first stream seed + 1, seed + 2, ...; a refit of a dummy or
+      // file-loaded model streams synthesized weights, which differ from what it holds.
+      if (c.sweep || (c.new_weights() && (s.load == LoadFormat::dummy || !s.checkpoint.empty() || c.seed != s.seed))) return;
+    }
+    s.warnings.push_back(fmt::format(
+        "every cycle of this scenario carries the weights the model already holds (reloads, "
+        "sleeps, or refits with the initial seed {}): a stale read is bit-identical to a fresh "
+        "one, so replay_diff and the poison checks cannot see it; add a refit with another seed",
+        s.seed));
+  }
+
   // A position inside the document being walked, for messages: a key or a list index.
   struct PathPart {
     const std::string* key = nullptr;  // nullptr: a list item at `index`
@@ -700,6 +801,15 @@ std::string read_scenario_text(const std::string& path) {
 }
 
 }  // namespace
+
+const char* to_string(CycleKind kind) {
+  switch (kind) {
+    case CycleKind::refit: return "refit";
+    case CycleKind::reload: return "reload";
+    case CycleKind::sleep: return "sleep";
+  }
+  return "unknown";
+}
 
 std::vector<std::string> RefitSpec::prefixes() const {
   if (buckets.empty()) return only;

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,10 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
 // names start with one of the prefixes. Opening validates the whole file (safetensors::Error).
 class SafetensorsWeightStream : public WeightStream {
  public:
-  explicit SafetensorsWeightStream(const std::string& path, std::vector<std::string> only = {});
+  // Streams the tensors whose names start with one of `only` (empty: every tensor) and, when
+  // `names` is not empty, only those named in it, in the file's order.
+  explicit SafetensorsWeightStream(const std::string& path, std::vector<std::string> only = {},
+                                   std::set<std::string> names = {});
   std::optional<NamedTensor> next() override;
   [[nodiscard]] std::string source() const override;
   [[nodiscard]] const safetensors::File& file() const { return m_file; }
@@ -39,6 +43,7 @@ class SafetensorsWeightStream : public WeightStream {
  private:
   safetensors::File m_file;
   std::vector<std::string> m_only;
+  std::set<std::string> m_names;
   std::size_t m_next = 0;
 };
 

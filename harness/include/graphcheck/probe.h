@@ -23,7 +23,7 @@
 
 namespace graphcheck {
 
-enum class Phase { construct, load, pwal, warmup, capture, replay, compare, refit };
+enum class Phase { construct, load, pwal, warmup, capture, replay, compare, refit, sleep, wake };
 [[nodiscard]] const char* to_string(Phase phase);
 
 // Passes (DESIGN §2.2, engine v2). A scenario runs as an *observe* pass, in which probes only
@@ -42,8 +42,38 @@ enum class Pass { observe, validate, idempotence, census, poison, coverage, grow
 
 struct PhaseEvent {
   Phase phase = Phase::construct;
-  int cycle = 0;                // 0: initial load; k >= 1: refit cycle k
+  int cycle = 0;                // 0: initial load; k >= 1: step k of the cycles (CycleStep)
   std::int64_t batch_size = 0;  // warmup, capture, replay, compare
+};
+
+// Sleep mode (vLLM's): at sleep the driver offloads what the level keeps (level 1: every live
+// tensor; level 2: the registered buffers, as the engine saves them) to host memory and discards
+// every storage of the model and of the graphs' reads (poison for float and byte dtypes, zeros
+// for the others); at wake it copies the saved bytes back into the same storages. A level-2 wake
+// is followed by a reload (refit events) in the same cycle.
+struct SleepEvent : PhaseEvent {
+  int level = 1;
+};
+
+// One step of the cycles as the driver runs it: each `cycles:` entry is one step, except a bucket
+// sweep, which is one step per split position. Step k is cycle k of the events.
+struct CycleStep {
+  struct Bucket {
+    std::string name;
+    std::vector<std::string> only;  // name prefixes; empty with `names` empty: every tensor
+    std::set<std::string> names;    // exact checkpoint names (a sweep's buckets)
+  };
+  int cycle = 0;
+  CycleKind kind = CycleKind::refit;
+  int sleep_level = 0;
+  bool loads = true;        // streams weights (a refit, a reload, a level-2 wake)
+  bool held_weights = false;  // streams the weights model A holds (a reload, a level-2 wake without seed)
+  std::uint64_t seed = 0;   // the weights' seed when it streams new ones
+  std::vector<std::string> prefixes;  // what it streams over all buckets (empty: every tensor)
+  std::vector<Bucket> buckets;        // empty: one load of `prefixes`
+  bool pwal_per_bucket = false;
+  std::string label;  // "refit cycle 2", "refit cycle 3 (bucket sweep: split 2 of 5, after 'x')"
+  std::string where;  // the scenario's cycle entry, file:line:column
 };
 
 struct LoadEvent : PhaseEvent {
@@ -94,6 +124,8 @@ struct ReplayEvent : PhaseEvent {
 };
 
 // After a replay: the same inputs run eagerly through the captured model A, and through model B.
+// For an eager-only batch size (capture.eager_batch_sizes, "prefill") there is no graph: graph is
+// nullptr and replay_outputs is empty; these compares come before the graphs' in each cycle.
 struct CompareEvent : PhaseEvent {
   const GraphView* graph = nullptr;
   TensorList inputs;
@@ -148,6 +180,11 @@ class RunContext {
   // The noise floor of eager(A) at a batch size: max |difference| between repeated eager runs on
   // the same input, measured in the validate pass; -1 when not measured.
   [[nodiscard]] virtual double noise_floor(std::int64_t batch_size) const = 0;
+  // Step `cycle` (>= 1) of the cycles as run so far; nullptr for 0 or a step not begun.
+  [[nodiscard]] virtual const CycleStep* cycle_step(int cycle) const = 0;
+  // "after the initial load", "after refit cycle 2", "after cycle 3 (sleep level 2, wake,
+  // reload)": for messages.
+  [[nodiscard]] std::string after_cycle(int cycle) const;
   // The graphs captured so far in this pass, in capture order.
   [[nodiscard]] virtual const std::vector<GraphView>& graphs() const = 0;
   // Model A's tensors now: live_tensors(), checkpoint_tensors(), checkpoint_layout().
@@ -233,6 +270,11 @@ class Probe {
   // refit is not bucketed), then PWAL, all nested inside these two events.
   virtual void on_refit_begin(RunContext& ctx, const PhaseEvent& event) = 0;
   virtual void on_refit_end(RunContext& ctx, const PhaseEvent& event) = 0;
+  // Around the sleep and the wake of a sleep cycle (a level-2 wake's reload follows as a refit).
+  virtual void on_sleep_begin(RunContext& ctx, const SleepEvent& event) = 0;
+  virtual void on_sleep_end(RunContext& ctx, const SleepEvent& event) = 0;
+  virtual void on_wake_begin(RunContext& ctx, const SleepEvent& event) = 0;
+  virtual void on_wake_end(RunContext& ctx, const SleepEvent& event) = 0;
   // Whenever model code announces a hook (GRAPHCHECK_HOOK), in any phase.
   virtual void on_hook(RunContext& ctx, const HookEvent& event) = 0;
   // After everything, also when the scenario stopped early on an exception.
@@ -259,6 +301,10 @@ class EmptyProbe : public Probe {
   void on_compare_end(RunContext&, const CompareEvent&) override {}
   void on_refit_begin(RunContext&, const PhaseEvent&) override {}
   void on_refit_end(RunContext&, const PhaseEvent&) override {}
+  void on_sleep_begin(RunContext&, const SleepEvent&) override {}
+  void on_sleep_end(RunContext&, const SleepEvent&) override {}
+  void on_wake_begin(RunContext&, const SleepEvent&) override {}
+  void on_wake_end(RunContext&, const SleepEvent&) override {}
   void on_hook(RunContext&, const HookEvent&) override {}
   void on_scenario_end(RunContext&) override {}
 };

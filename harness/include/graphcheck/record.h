@@ -100,6 +100,7 @@ struct ScenarioRecord {
   std::vector<std::string> probes;  // probes that ran
   Status status = Status::passed;
   std::string reason;  // error / crashed / skipped: why
+  std::vector<std::string> warnings;  // what the scenario cannot see (Scenario::warnings)
   std::vector<Finding> findings;
   std::vector<Measurement> measurements;
   std::vector<MutationVerdict> verdicts;  // one per enabled mutation

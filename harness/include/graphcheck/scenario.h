@@ -28,16 +28,43 @@ struct RefitBucket {
   std::vector<std::string> only;  // name prefixes streamed in this bucket
 };
 
+// What one entry of `cycles:` does (README "Scenario files").
+enum class CycleKind {
+  refit,   // stream new weights (seed), maybe a subset or in buckets
+  reload,  // stream the weights model A holds now again: a bit-identical refit
+  sleep,   // sleep mode (as vLLM's): level 1 offloads the weights to host memory and discards
+           // every other storage; level 2 discards the weights too, and the wake is followed by
+           // a reload (of the held weights, or of new ones with `seed`)
+};
+[[nodiscard]] const char* to_string(CycleKind kind);
+
 struct RefitSpec {
+  // refit: the weights' seed. sleep level 2: the reload's, when has_seed (else the held weights).
   std::uint64_t seed = 0;
   std::vector<std::string> only;  // name prefixes streamed in this refit; empty: every tensor
   // Non-empty: the refit is streamed as these buckets, one load_weights() each, in order, then
   // one PWAL (`only` is then empty).
   std::vector<RefitBucket> buckets;
   std::string where;  // file:line:column of the cycle
+  CycleKind kind = CycleKind::refit;
+  bool has_seed = true;
+  int sleep_level = 0;  // sleep: 1 or 2
+  // `buckets: sweep`: the refit runs once per bucket boundary position over the stream order
+  // (two buckets: the first k tensors, the rest), each with its own weights (seed + step), at
+  // most max_splits positions (evenly spaced when the stream has more).
+  bool sweep = false;
+  std::int64_t max_splits = 32;
+  // `pwal: per_bucket`: the loader is called once per bucket, as a chunked reload is: stage,
+  // load the bucket, PWAL; else one stage before the first bucket and one PWAL after the last.
+  bool pwal_per_bucket = false;
 
   // The prefixes this refit streams, over all buckets; empty: every tensor.
   [[nodiscard]] std::vector<std::string> prefixes() const;
+  // Whether it streams weights that may differ from what model A holds (a refit, or a sleep
+  // whose reload has a seed of its own).
+  [[nodiscard]] bool new_weights() const {
+    return kind == CycleKind::refit || (kind == CycleKind::sleep && sleep_level == 2 && has_seed);
+  }
 };
 
 // Options of the poison probe (`poison:` in a scenario file).
@@ -59,7 +86,9 @@ struct Scenario {
   LoadFormat load = LoadFormat::checkpoint;
   std::string checkpoint;  // optional: load this file instead of a synthesized checkpoint
   std::uint64_t seed = 1;  // seed of the initial checkpoint and inputs
-  std::vector<std::int64_t> batch_sizes;
+  std::vector<std::int64_t> batch_sizes;  // captured ("decode")
+  // Run eagerly only ("prefill"), compared against model B after every load as the graphs are.
+  std::vector<std::int64_t> eager_batch_sizes;
   std::vector<RefitSpec> cycles;
   std::vector<std::string> checks;  // probe names (expanded from `all`)
   std::map<std::string, std::vector<std::string>> mutations;  // mutation -> catching probes
@@ -82,6 +111,9 @@ struct Scenario {
   // Seconds its process may run before it is killed and reported as crashed; 0: the run's
   // default. `--timeout` given on the command line wins over it.
   double timeout = 0;
+  // What the scenario cannot see, said once in every report (e.g. refits that all carry the
+  // weights the model already holds cannot show a stale read).
+  std::vector<std::string> warnings;
 };
 
 // The names a scenario may refer to. Supplied by the caller so that parsing stays torch-free.

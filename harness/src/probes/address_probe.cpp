@@ -55,6 +55,10 @@ class AddressProbe final : public EmptyProbe {
   }
 
   void on_refit_end(RunContext& ctx, const PhaseEvent& e) override { check(ctx, e.cycle); }
+  // A level-1 wake reloads nothing (no refit events follow): the storages must still be live.
+  void on_wake_end(RunContext& ctx, const SleepEvent& e) override {
+    if (e.level == 1) check(ctx, e.cycle);
+  }
 
  private:
   void check(RunContext& ctx, int cycle) {
@@ -115,16 +119,16 @@ class AddressProbe final : public EmptyProbe {
         f.evidence.insert(f.evidence.begin() + 2, {"new_address", address_string(now)});
         f.evidence.push_back({"new_shape", shape_string(p.live.sizes())});
         f.message = fmt::format(
-            "tensor '{}' moved from {} to {} during refit cycle {}: the captured graphs ({}) "
+            "tensor '{}' moved from {} to {} {}: the captured graphs ({}) "
             "still read the old address{}; update it in place with copy_()",
-            tensor, address_string(r.read.address), address_string(now), cycle, graphs,
+            tensor, address_string(r.read.address), address_string(now), ctx.after_cycle(cycle), graphs,
             orphaned ? ", which no live tensor covers any more (orphaned)"
                      : fmt::format(", which now lies in '{}'", p.at->name));
       } else {
         f.message = fmt::format(
-            "tensor '{}' read by the captured graphs ({}) no longer exists after refit cycle {}{}: "
+            "tensor '{}' read by the captured graphs ({}) no longer exists {}{}: "
             "keep it alive and update it in place with copy_()",
-            tensor, graphs, cycle,
+            tensor, graphs, ctx.after_cycle(cycle),
             orphaned ? " and its old range is orphaned" : fmt::format(" (its old range now lies in '{}')", p.at->name));
       }
       ctx.add_finding(std::move(f));

@@ -118,7 +118,12 @@ class CensusProbe final : public EmptyProbe {
   }
 
   // After the load's PWAL, or when the next step begins if no PWAL ran.
-  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
+  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override {
+    // A chunked reload runs PWAL after every bucket; a loader may defer a write to a later chunk
+    // (a fused pair split across chunks), so the census settles at the end of the refit.
+    if (const CycleStep* step = ctx.cycle_step(e.cycle); step && step->pwal_per_bucket) return;
+    settle(ctx, e);
+  }
   void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
   void on_refit_end(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }
   void on_warmup_begin(RunContext& ctx, const PhaseEvent& e) override { settle(ctx, e); }

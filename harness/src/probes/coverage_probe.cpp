@@ -112,7 +112,7 @@ class CoverageProbe final : public EmptyProbe {
     ctx.measure(e, "gc/coverage/replays", static_cast<double>(m_replays), "replays");
 
     const std::string when = e.cycle == 0 ? std::string("after the capture")
-                                          : fmt::format("after refit cycle {}", e.cycle);
+                                          : ctx.after_cycle(e.cycle);
     auto listed = [](const std::vector<std::string>& names) {
       std::vector<std::string> out(names.begin(), names.begin() + std::min(names.size(), kMaxListed));
       if (names.size() > kMaxListed) out.push_back(fmt::format("and {} more", names.size() - kMaxListed));

@@ -11,6 +11,9 @@
 //    (orphaned) is poisoned, so that a graph still reading it replays NaN instead of plausible
 //    stale numbers.
 //  - Every replay output is scanned for NaN where model B's forward is finite.
+//  - After the wake of a sleep cycle (and the reload a level-2 wake is followed by), every tensor
+//    a captured graph reads must no longer hold the sleep's discard poison: nothing kept,
+//    restored or recomputed it (a buffer the engine does not save, an undeclared tensor).
 // Patterns and survivor counting: poison.h. The probe's own work is kept out of the memory
 // probe's counts (UncountedScope). It disturbs the run, so it runs in a pass of its own (DESIGN
 // §2.2): nothing it poisons reaches another check's verdict.
@@ -54,7 +57,8 @@ class PoisonProbe final : public EmptyProbe {
     const Scenario& s = ctx.scenario();
     if (!s.poison.before_refit) return;
     UncountedScope uncounted;
-    const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
+    const CycleStep* step = ctx.cycle_step(e.cycle);
+    const std::vector<std::string> prefixes = step ? step->prefixes : std::vector<std::string>{};
     std::int64_t tensors = 0, bytes = 0;
     for (auto& entry : ctx.checkpoint_layout()) {
       if (!prefixes.empty() && !matches_any_prefix(entry.checkpoint, prefixes)) continue;
@@ -72,12 +76,16 @@ class PoisonProbe final : public EmptyProbe {
   void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
     const Scenario& s = ctx.scenario();
     if (!e.refit || s.poison.staged.empty() || m_staged_cycle == e.cycle) return;
+    // A chunked reload stages per bucket and runs PWAL between them: the staged check is made
+    // for refits staged once (the model's staging of later chunks is not known here).
+    if (const CycleStep* step = ctx.cycle_step(e.cycle); step && step->pwal_per_bucket) return;
     // The first load of this refit: stage_for_refit() has just registered the staging tensors.
     m_staged_cycle = e.cycle;
     UncountedScope uncounted;
     // Only what this refit streams: staging tensors of layers a partial refit leaves out may be
     // aliases of live storage.
-    const std::vector<std::string> prefixes = s.cycles.at(static_cast<std::size_t>(e.cycle - 1)).prefixes();
+    const CycleStep* step = ctx.cycle_step(e.cycle);
+    const std::vector<std::string> prefixes = step ? step->prefixes : std::vector<std::string>{};
     std::set<std::string> used;
     std::int64_t bytes = 0;
     for (auto& entry : ctx.checkpoint_layout()) {
@@ -150,7 +158,94 @@ class PoisonProbe final : public EmptyProbe {
     poison_orphans(ctx, e);
   }
 
+  void on_wake_end(RunContext&, const SleepEvent& e) override {
+    m_woke_cycle = e.cycle;
+    m_woke_level = e.level;
+    m_woke_reported.clear();
+  }
+
+  // After the replay: scratch a graph writes before it reads is rewritten by then, while state
+  // nothing kept, restored or recomputed still holds the poison.
+  void check_woken(RunContext& ctx, const ReplayEvent& e) {
+    if (e.cycle != m_woke_cycle || !e.graph) return;
+    UncountedScope uncounted;
+    std::map<std::string, torch::Tensor> live, reference;
+    for (auto& t : ctx.live_tensors()) live.emplace(t.name, t.tensor);
+    bool have_reference = false;
+    std::map<std::string, std::string> kinds;
+    for (const ResolvedRead& r : e.graph->reads) {
+      // What the graph reads: the range it baked in, over the storage it holds (a backend that
+      // holds none: the live tensor of that name).
+      torch::Tensor t;
+      bool stale = false;  // the graph reads a storage the live tensor of its name no longer has
+      std::string subject = r.name.empty() ? fmt::format("undeclared tensor at {}", address_string(r.read.address)) : r.name;
+      auto it = r.name.empty() ? live.end() : live.find(r.name);
+      if (r.read.held && r.read.dtype != c10::ScalarType::Undefined) {
+        const auto* base = static_cast<const char*>(r.read.held.data());
+        const auto offset = static_cast<const char*>(r.read.address) - base;
+        const auto item = static_cast<std::ptrdiff_t>(c10::elementSize(r.read.dtype));
+        if (offset < 0 || offset % item != 0) continue;
+        t = torch::empty({0}, torch::TensorOptions().dtype(r.read.dtype).device(r.read.held.device()));
+        t.set_(r.read.held, offset / item, r.read.sizes, r.read.strides);
+        stale = it != live.end() && (!it->second.has_storage() ||
+                                     it->second.storage().unsafeGetStorageImpl() != r.read.held.unsafeGetStorageImpl());
+      } else if (it != live.end()) {
+        t = it->second;
+      }
+      if (!t.defined() || t.numel() == 0 || !poisonable(t.scalar_type())) continue;
+      if (!m_woke_reported.insert(subject).second) continue;
+      torch::Tensor expected;
+      if (it != live.end() && !stale && t.sizes() == it->second.sizes()) {
+        if (!have_reference) {
+          for (auto& rt : ctx.reference_tensors()) reference.emplace(rt.name, rt.tensor);
+          kinds = ctx.tensor_kinds();
+          have_reference = true;
+        }
+        auto ref = reference.find(r.name);
+        if (ref != reference.end()) expected = ref->second;
+      }
+      const Survivors s = count_survivors(t, expected);
+      if (s.count == 0) continue;
+      const auto kind = kinds.find(r.name);
+      const std::string what = r.name.empty() ? subject
+                                              : fmt::format("'{}' ({})", r.name, kind == kinds.end() ? "tensor" : kind->second);
+      const bool buffer = kind != kinds.end() && kind->second.find("buffer") != std::string::npos;
+      const std::string why =
+          stale ? "the graph still reads a storage that the live tensor of this name no longer "
+                  "has (the model replaced the tensor instead of updating it in place), and no "
+                  "engine keeps or restores a storage nothing live references"
+          : r.name.empty()
+              ? "it is not a declared tensor (parameter, buffer or extra_tensors() entry), so the "
+                "engine neither kept nor restored it: declare it, and keep it in a registered buffer"
+          : m_woke_level == 1
+              ? "the engine kept every declared tensor's storage at level 1, yet this one holds "
+                "the poison: it shares a storage the engine could not tell apart"
+          : buffer
+              ? "it is a registered buffer, which the engine must save before a level-2 sleep and "
+                "copy back at the wake (vLLM #16564), and PWAL does not recompute it: the engine's "
+                "buffer save is missing"
+              : "a level-2 sleep discards everything; the reload restores the checkpoint tensors and "
+                "the engine the registered buffers: a tensor computed at construction must be a "
+                "registered buffer, or PWAL must recompute it in place";
+      ctx.fail(name(), e, subject,
+               fmt::format("{}, which the graph for batch size {} reads, still holds the sleep's discard "
+                           "poison in {} of {} elements (first at element {}) {}: {}",
+                           what, e.batch_size, s.count, s.elements, s.first, ctx.after_cycle(e.cycle), why),
+               {{"tensor", subject},
+                {"stale_storage", stale ? "yes" : "no"},
+                {"sleep_level", std::to_string(m_woke_level)},
+                {"surviving_elements", std::to_string(s.count)},
+                {"elements", std::to_string(s.elements)},
+                {"first_element", std::to_string(s.first)},
+                {"dtype", c10::toString(t.scalar_type())},
+                {"shape", shape_string(t.sizes())},
+                {"poison", hex_byte(poison_byte(t.scalar_type()))},
+                {"counted", s.basis}});
+    }
+  }
+
   void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
+    check_woken(ctx, e);
     PassControl* control = ctx.control();
     if (!control) return;
     UncountedScope uncounted;
@@ -180,8 +275,7 @@ class PoisonProbe final : public EmptyProbe {
       count += c;
     }
     if (count == 0) return;
-    const std::string when = e.cycle == 0 ? std::string("after the initial load")
-                                          : fmt::format("after refit cycle {}", e.cycle);
+    const std::string when = ctx.after_cycle(e.cycle);
     std::string cause;
     if (!m_orphans.empty()) {
       std::vector<std::string> what;
@@ -322,6 +416,9 @@ class PoisonProbe final : public EmptyProbe {
   std::vector<Orphan> m_orphans;      // poisoned after the last refit
   std::set<std::string> m_streamed;   // names this refit streamed
   std::vector<std::string> m_unstreamed;  // staged, never streamed, still poisoned before PWAL
+  int m_woke_cycle = -1;                  // the last sleep cycle, from its wake on
+  int m_woke_level = 0;
+  std::set<std::string> m_woke_reported;  // tensors reported after that wake
 };
 
 }  // namespace

@@ -6,6 +6,10 @@
 // graphs read first. The tolerance comes with the event (0 on an exact backend; else from the
 // noise floor of repeated eager runs and the output dtype).
 //
+// Eager-only batch sizes (capture.eager_batch_sizes, "prefill") are compared with B as well, before
+// the graphs of the same cycle; a replay that disagrees while prefill agrees is reported as seen
+// by the captured (decode) graphs only.
+//
 // In the validate pass it checks each capture: the captured graph replayed on fresh inputs (other
 // seeds, other signs and scales) must match eager on the same inputs, or control flow was frozen
 // at capture (a branch on a value read on the host through data_ptr(), .cpu() or item()).
@@ -93,9 +97,12 @@ class ReplayDiffProbe final : public EmptyProbe {
   void on_compare_end(RunContext& ctx, const CompareEvent& e) override {
     if (ctx.pass() != Pass::observe) return;
     const std::int64_t b = e.batch_size;
-    const std::string when =
-        e.cycle == 0 ? std::string("after the initial load") : fmt::format("after refit cycle {}", e.cycle);
+    const std::string when = ctx.after_cycle(e.cycle);
     const double tolerance = e.tolerance;
+    if (!e.graph) {
+      prefill_compare(ctx, e, when);
+      return;
+    }
     const Diff replay_vs_a = diff_all(e.replay_outputs, e.eager_outputs, tolerance);
     const Diff a_vs_b = diff_all(e.eager_outputs, e.reference_outputs, tolerance);
 
@@ -114,17 +121,32 @@ class ReplayDiffProbe final : public EmptyProbe {
               ? std::string()
               : fmt::format(" (replay gives {} outputs, eager(A) {})", e.replay_outputs.size(),
                             e.eager_outputs.size());
+      // Prefill (eager-only batch sizes) ran first in this cycle: if it agrees with B, only the
+      // captured decode graphs see the bug.
+      std::string decode_only;
+      auto prefill = m_prefill.find(e.cycle);
+      if (prefill != m_prefill.end() && prefill->second.bad.empty()) {
+        decode_only = fmt::format("; eager prefill at batch size{} {} agrees with model B in this "
+                                  "cycle, so only the captured (decode) graphs see it",
+                                  prefill->second.good.size() == 1 ? "" : "s",
+                                  fmt::join(prefill->second.good, ", "));
+      }
+      std::vector<std::pair<std::string, std::string>> ev = {
+          {"max_abs", fmt::format("{:.6g}", replay_vs_a.max_abs)},
+          {"max_rel", fmt::format("{:.6g}", replay_vs_a.max_rel)},
+          {"mismatched_elements", std::to_string(replay_vs_a.mismatches)},
+          {"first_mismatch", fmt::format("output {} element {}", replay_vs_a.output, replay_vs_a.first_index)},
+          {"tolerance", fmt::format("{:.6g}", tolerance)},
+          {"replay_shapes", shapes(e.replay_outputs)},
+          {"eager_a_vs_eager_b", verdict(a_vs_b)}};
+      if (prefill != m_prefill.end()) {
+        ev.push_back({"prefill_vs_eager_b", prefill->second.bad.empty() ? "=" : "≠"});
+      }
       ctx.fail(name(), e, "replay vs eager(A)",
                fmt::format("{} at batch size {} {}{}: the captured graph reads stale memory (a "
-                           "tensor it baked in was replaced instead of updated in place)",
-                           summary, b, when, shape_note),
-               {{"max_abs", fmt::format("{:.6g}", replay_vs_a.max_abs)},
-                {"max_rel", fmt::format("{:.6g}", replay_vs_a.max_rel)},
-                {"mismatched_elements", std::to_string(replay_vs_a.mismatches)},
-                {"first_mismatch", fmt::format("output {} element {}", replay_vs_a.output, replay_vs_a.first_index)},
-                {"tolerance", fmt::format("{:.6g}", tolerance)},
-                {"replay_shapes", shapes(e.replay_outputs)},
-                {"eager_a_vs_eager_b", verdict(a_vs_b)}});
+                           "tensor it baked in was replaced instead of updated in place){}",
+                           summary, b, when, shape_note, decode_only),
+               std::move(ev));
     }
     if (a_vs_b.mismatches > 0) {
       const std::vector<std::string> differing = tensors_differing_from_b(ctx, e.cycle);
@@ -147,6 +169,31 @@ class ReplayDiffProbe final : public EmptyProbe {
   }
 
  private:
+  // Prefill: an eager-only batch size (no graph). eager(A) vs eager(B) as for the graphs.
+  void prefill_compare(RunContext& ctx, const CompareEvent& e, const std::string& when) {
+    const Diff a_vs_b = diff_all(e.eager_outputs, e.reference_outputs, e.tolerance);
+    ctx.measure(e, "gc/replay_diff/prefill_eager_a_vs_eager_b/max_abs", a_vs_b.max_abs, "abs");
+    Prefill& p = m_prefill[e.cycle];
+    if (a_vs_b.mismatches == 0) {
+      p.good.push_back(e.batch_size);
+      return;
+    }
+    p.bad.push_back(e.batch_size);
+    const std::vector<std::string> differing = tensors_differing_from_b(ctx, e.cycle);
+    ctx.fail(name(), e, fmt::format("prefill (eager, batch size {}) vs eager(B)", e.batch_size),
+             fmt::format("eager(A) ≠ eager(B) (max abs {:.6g}) at eager-only (prefill) batch size {} {}: "
+                         "model A's own state is wrong, in the eager path too{}",
+                         a_vs_b.max_abs, e.batch_size, when,
+                         differing.empty() ? std::string()
+                                           : fmt::format("; live tensors of A that differ from B's: {}",
+                                                         fmt::join(differing, ", "))),
+             {{"max_abs", fmt::format("{:.6g}", a_vs_b.max_abs)},
+              {"mismatched_elements", std::to_string(a_vs_b.mismatches)},
+              {"tolerance", fmt::format("{:.6g}", e.tolerance)},
+              {"path", "prefill (eager only)"},
+              {"tensors_differing_from_b", fmt::format("{}", fmt::join(differing, "; "))}});
+  }
+
   // Capture validation: fresh inputs the graph never saw, replayed and run eagerly.
   void validate_capture(RunContext& ctx, const CaptureEvent& e) {
     PassControl& control = *ctx.control();
@@ -273,6 +320,10 @@ class ReplayDiffProbe final : public EmptyProbe {
   }
 
   static constexpr std::size_t kMaxListed = 8;
+  struct Prefill {
+    std::vector<std::int64_t> good, bad;  // eager-only batch sizes that agree / disagree with B
+  };
+  std::map<int, Prefill> m_prefill;  // by cycle
   std::map<int, std::vector<std::string>> m_differing;
 };
 

@@ -26,7 +26,7 @@ void ConsoleReporter::on_phase(const std::string& phase, int cycle, std::int64_t
   // One line per cycle listing its phases as they start.
   if (cycle != m_line_cycle) {
     if (m_line_open) fmt::print(m_out, "\n");
-    fmt::print(m_out, "      {}:", cycle == 0 ? std::string("initial") : fmt::format("refit {}", cycle));
+    fmt::print(m_out, "      {}:", cycle == 0 ? std::string("initial") : fmt::format("cycle {}", cycle));
     m_line_cycle = cycle;
     m_line_open = true;
     m_line_phases.clear();
@@ -47,6 +47,7 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
              r.backend.empty() ? "" : fmt::format(" on {}", r.backend),
              r.mutations.empty() ? "" : fmt::format(" (mutations: {})", fmt::join(r.mutations, ", ")));
   if (!r.reason.empty()) fmt::print(m_out, "     {}\n", r.reason);
+  for (const auto& w : r.warnings) fmt::print(m_out, "     warning: {}\n", w);
   if (r.crash && !r.crash->stderr_tail.empty()) {
     // The last lines of the crashed process's output.
     std::vector<std::string> lines;

@@ -20,7 +20,8 @@ const char* phase_color(const std::string& phase) {
   static const std::map<std::string, const char*> colors = {
       {"construct", "#8c8c8c"}, {"load", "#4e79a7"},   {"pwal", "#f28e2b"},
       {"warmup", "#76b7b2"},    {"capture", "#e15759"}, {"replay", "#59a14f"},
-      {"compare", "#edc948"},   {"refit", "#b07aa1"}};
+      {"compare", "#edc948"},   {"refit", "#b07aa1"},  {"sleep", "#bab0ac"},
+      {"wake", "#ff9da7"}};
   auto it = colors.find(phase);
   return it == colors.end() ? "#9c755f" : it->second;
 }

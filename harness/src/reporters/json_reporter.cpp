@@ -22,6 +22,7 @@ ordered_json scenario_json(const ScenarioRecord& r) {
   s["passes"] = r.passes;
   s["status"] = to_string(r.status);
   s["reason"] = r.reason;
+  s["warnings"] = r.warnings;
   s["start"] = r.start;
   s["seconds"] = r.seconds;
   s["repeats"] = r.repeats;
@@ -128,6 +129,7 @@ ScenarioRecord scenario_record_from_json(const std::string& text) {
     r.passes = get<std::vector<std::string>>(s, "passes");
     r.status = status_from(get<std::string>(s, "status"));
     r.reason = get<std::string>(s, "reason");
+    r.warnings = get<std::vector<std::string>>(s, "warnings", {});
     r.start = get<double>(s, "start");
     r.seconds = get<double>(s, "seconds");
     r.repeats = get<int>(s, "repeats", 1);

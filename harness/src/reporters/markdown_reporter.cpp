@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 
 #include "graphcheck/reporter.h"
 #include "report_views.h"
@@ -133,6 +134,14 @@ std::string markdown_report(const RunRecord& run) {
                         cell(report::display_name(r)), cell(r.fixture), cell(r.backend), r.passes.size(),
                         r.findings.size(), report::format_seconds(r.seconds));
     }
+  }
+
+  // Warnings once per scenario (a kill matrix holds a record per mutation of each scenario).
+  std::set<std::string> warned;
+  for (const auto& r : run.scenarios) {
+    if (r.warnings.empty() || !warned.insert(r.name).second) continue;
+    if (warned.size() == 1) md += "\n### Warnings\n\n";
+    for (const auto& w : r.warnings) md += fmt::format("- {}: {}\n", code(r.name), text(w));
   }
 
   std::vector<const ScenarioRecord*> shown;
