@@ -164,6 +164,51 @@ TEST(DriverEvents, ReferenceModelAndOtherPassesAreNotReported) {
   EXPECT_EQ(r.probes, (std::vector<std::string>{"replay_diff", "address", "hooks", "memory"}));
 }
 
+// A level-1 sleep: sleep and wake windows, no load, then the replays; a level-2 sleep: the
+// reload follows the wake as refit events of the same cycle. Prefill (eager-only) compares come
+// before the graphs' of each cycle, without a graph.
+TEST(DriverEvents, SleepWakeAndPrefillEventsInOrder) {
+  std::vector<std::string> log;
+  RecordingProbe probe("A", log);
+  Scenario s = tiny_scenario();
+  s.batch_sizes = {1};
+  s.eager_batch_sizes = {3};
+  RefitSpec level1;
+  level1.kind = CycleKind::sleep;
+  level1.sleep_level = 1;
+  level1.has_seed = false;
+  RefitSpec level2 = level1;
+  level2.sleep_level = 2;
+  s.cycles = {level1, level2};
+  ScenarioRecord r = run_scenario(s, options_with({&probe}));
+  EXPECT_EQ(r.status, Status::passed) << r.reason;
+  std::vector<std::string> expected_tail;
+  for (int cycle : {1, 2}) {
+    expected_tail.push_back(fmt::format("A sleep_begin[{}] sleep@{} b0", cycle, cycle));
+    expected_tail.push_back(fmt::format("A sleep_end sleep@{} b0", cycle));
+    expected_tail.push_back(fmt::format("A wake_begin wake@{} b0", cycle));
+    expected_tail.push_back(fmt::format("A wake_end wake@{} b0", cycle));
+    if (cycle == 2) {
+      expected_tail.push_back("A refit_begin refit@2 b0");
+      std::vector<std::string> loads;
+      auto add = [&](const std::string& what) { loads.push_back("A " + what); };
+      hooks_in_load_and_pwal(2, add, add);
+      expected_tail.insert(expected_tail.end(), loads.begin(), loads.end());
+      expected_tail.push_back("A refit_end refit@2 b0");
+    }
+    expected_tail.push_back(fmt::format("A compare_begin compare@{} b3", cycle));
+    expected_tail.push_back(fmt::format("A compare_end compare@{} b3", cycle));
+    expected_tail.push_back(fmt::format("A replay_begin replay@{} b1", cycle));
+    expected_tail.push_back(fmt::format("A replay_end replay@{} b1", cycle));
+    expected_tail.push_back(fmt::format("A compare_begin compare@{} b1", cycle));
+    expected_tail.push_back(fmt::format("A compare_end compare@{} b1", cycle));
+  }
+  expected_tail.push_back("A scenario_end");
+  ASSERT_GE(log.size(), expected_tail.size());
+  EXPECT_EQ(std::vector<std::string>(log.end() - static_cast<std::ptrdiff_t>(expected_tail.size()), log.end()),
+            expected_tail);
+}
+
 TEST(DriverEvents, DummyLoadSkipsLoadWeightsAndRunsPwal) {
   std::vector<std::string> log;
   RecordingProbe probe("A", log);

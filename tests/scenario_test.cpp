@@ -398,6 +398,15 @@ TEST_F(ScenarioFileTest, CycleKindErrorsNameThePlaceAndTheFix) {
               HasSubstr("'pwal: per_bucket' needs buckets"));
   EXPECT_THAT(error_for(cycles("  - refit: {seed: 2, buckets: sweep, pwal: each}\n")),
               HasSubstr("unknown pwal mode 'each': use once"));
+  const auto dummy = [](const std::string& cycle) {
+    return "scenario: bad\nmodel: {fixture: dsv4}\nload: dummy\ncapture: {batch_sizes: [1]}\ncycles:\n" + cycle;
+  };
+  EXPECT_THAT(error_for(dummy("  - reload: {}\n")),
+              AllOf(HasSubstr(":6:5: "), HasSubstr("after load: dummy no weights were streamed yet: put a full refit")));
+  EXPECT_THAT(error_for(dummy("  - refit: {seed: 2, only: [layers.0.]}\n  - sleep: {level: 2}\n")),
+              AllOf(HasSubstr(":7:5: "), HasSubstr("or give the sleep a seed")));
+  EXPECT_NO_THROW((void)parse_scenario_file(write("dummy_ok.yaml", dummy("  - refit: {seed: 2}\n  - reload: {}\n  - sleep: {level: 2}\n")),
+                                            test_catalog()));
   EXPECT_THAT(error_for("scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1, 4], eager_batch_sizes: [4]}\n"),
               AllOf(HasSubstr(":3:52: "), HasSubstr("batch size 4 is both captured and eager-only")));
   EXPECT_THAT(error_for("scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1], eager_batch_sizes: []}\n"),

@@ -352,6 +352,7 @@ class PassRun final : public RunContext, public PassControl {
   LoadSource source_for(const CycleStep& step);
   void load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket);
   void eager_compare(std::int64_t batch_size);
+  double measure_noise(const TensorList& inputs);
   void load_dummy();
   void check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
                     bool refit, const std::string& source);
@@ -792,18 +793,16 @@ void PassRun::lifecycle() {
       (void)eager(inputs);
       end(&Probe::on_warmup_end, e);
       if (m_pass == Pass::validate) {
-        // The noise floor: eager(A) twice more on the same inputs.
-        UncountedScope uncounted;
-        const TensorList first = eager(inputs);
-        const TensorList second = eager(inputs);
-        double noise = 0;
-        for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
-          if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
-          const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
-          if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
-        }
+        const double noise = measure_noise(inputs);
         m_driver.noise()[b] = noise;
         measure(e, "gc/replay_diff/noise_floor", noise, "abs");
+      }
+    }
+    if (m_pass == Pass::validate) {
+      // The noise floor of the eager-only (prefill) batch sizes, compared with B after each load.
+      for (std::int64_t b : s.eager_batch_sizes) {
+        m_batch_size = b;
+        m_driver.noise()[b] = measure_noise(input_for(b, 0));
       }
     }
     m_views.reserve(s.batch_sizes.size());  // CaptureEvent::graph points into it
@@ -1219,6 +1218,20 @@ void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
     }
     statics[i].copy_(inputs[i]);
   }
+}
+
+// The noise floor: the largest difference between two more eager(A) runs on the same inputs.
+double PassRun::measure_noise(const TensorList& inputs) {
+  UncountedScope uncounted;
+  const TensorList first = eager(inputs);
+  const TensorList second = eager(inputs);
+  double noise = 0;
+  for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
+    if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
+    const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
+    if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
+  }
+  return noise;
 }
 
 // Prefill: an eager-only batch size (capture.eager_batch_sizes) runs through A and B as the

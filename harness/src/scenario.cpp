@@ -283,6 +283,7 @@ class Parser {
       if (!cycles.IsSequence()) {
         fail(cycles, "'cycles' must be a list of - refit: {seed: N}, - reload: {} or - sleep: {level: 1}");
       }
+      bool full_refit = false;  // a refit of every tensor so far (buckets assumed to cover them)
       for (const auto& cycle : cycles) {
         if (!cycle.IsMap()) {
           fail(cycle, "each cycle must be a mapping: - refit: {seed: N}, - reload: {} or - sleep: {level: 1}");
@@ -303,6 +304,16 @@ class Parser {
           spec.has_seed = false;
         } else {
           parse_sleep(cycle["sleep"], spec);
+        }
+        // After a dummy load only the refits so far were streamed: a reload needs every tensor.
+        if (spec.kind == CycleKind::refit && spec.only.empty()) full_refit = true;
+        const bool streams_held = spec.kind == CycleKind::reload || (spec.kind == CycleKind::sleep && spec.sleep_level == 2 && !spec.has_seed);
+        if (streams_held && s.load == LoadFormat::dummy && !full_refit) {
+          fail(cycle, fmt::format("this {} streams the weights the model holds, but after load: dummy no "
+                                  "weights were streamed yet: put a full refit (- refit: {{seed: N}}) "
+                                  "before it{}",
+                                  spec.kind == CycleKind::reload ? "reload" : "level-2 sleep",
+                                  spec.kind == CycleKind::sleep ? ", or give the sleep a seed" : ""));
         }
         s.cycles.push_back(std::move(spec));
       }
