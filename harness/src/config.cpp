@@ -33,8 +33,8 @@ void ModelConfig::set(const std::string& key, Value value, std::string where) {
   m_where[key] = std::move(where);
 }
 
-const ModelConfig::Value* ModelConfig::lookup(const std::string& key) const {
-  m_used.insert(key);
+const ModelConfig::Value* ModelConfig::lookup(const std::string& key, Value fallback) const {
+  if (m_used.insert(key).second) m_defaults.emplace_back(key, std::move(fallback));
   auto it = m_values.find(key);
   return it == m_values.end() ? nullptr : &it->second;
 }
@@ -45,7 +45,7 @@ std::string ModelConfig::where(const std::string& key) const {
 }
 
 std::int64_t ModelConfig::get_int(const std::string& key, std::int64_t fallback) const {
-  const Value* value = lookup(key);
+  const Value* value = lookup(key, fallback);
   if (!value) return fallback;
   if (auto* i = std::get_if<std::int64_t>(value)) return *i;
   throw ConfigError(fmt::format("{}: config key '{}' must be an integer, got {} ('{}')",
@@ -63,7 +63,7 @@ std::int64_t ModelConfig::get_int(const std::string& key, std::int64_t fallback,
 }
 
 double ModelConfig::get_double(const std::string& key, double fallback) const {
-  const Value* value = lookup(key);
+  const Value* value = lookup(key, fallback);
   if (!value) return fallback;
   if (auto* d = std::get_if<double>(value)) return *d;
   if (auto* i = std::get_if<std::int64_t>(value)) return static_cast<double>(*i);
@@ -72,7 +72,7 @@ double ModelConfig::get_double(const std::string& key, double fallback) const {
 }
 
 bool ModelConfig::get_bool(const std::string& key, bool fallback) const {
-  const Value* value = lookup(key);
+  const Value* value = lookup(key, fallback);
   if (!value) return fallback;
   if (auto* b = std::get_if<bool>(value)) return *b;
   throw ConfigError(fmt::format("{}: config key '{}' must be true or false, got {} ('{}')",
@@ -80,7 +80,7 @@ bool ModelConfig::get_bool(const std::string& key, bool fallback) const {
 }
 
 std::string ModelConfig::get_string(const std::string& key, const std::string& fallback) const {
-  const Value* value = lookup(key);
+  const Value* value = lookup(key, fallback);
   if (!value) return fallback;
   if (auto* s = std::get_if<std::string>(value)) return *s;
   throw ConfigError(fmt::format("{}: config key '{}' must be a string, got {} ('{}')", where(key),

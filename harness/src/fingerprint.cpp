@@ -11,4 +11,6 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
   return XXH3_64bits(t.data_ptr(), t.nbytes());
 }
 
+std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+
 }  // namespace graphcheck

@@ -3,10 +3,13 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace graphcheck {
 
 [[nodiscard]] std::uint64_t fingerprint(const torch::Tensor& tensor);
+// XXH3-64 of raw bytes (the CLI's `inspect`, which links no xxHash of its own).
+[[nodiscard]] std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes);
 
 }  // namespace graphcheck

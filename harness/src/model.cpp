@@ -1,4 +1,5 @@
 #include "graphcheck/model.h"
+#include "graphcheck/plugin.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -258,12 +259,23 @@ ModelRegistry& ModelRegistry::get() {
 
 bool ModelRegistry::add(std::string name, ModelFactory factory) {
   if (m_entries.count(name)) {
+    if (detail::record_clash("model", name)) return false;  // a plugin's clash: load_plugin() reports it
     std::fprintf(stderr, "graphcheck: model '%s' is registered twice\n", name.c_str());
     std::abort();
   }
   auto entry = std::make_unique<Entry>(Entry{name, std::move(factory)});
   m_entries.emplace(std::move(name), std::move(entry));
   return true;
+}
+
+bool ModelRegistry::describe(const std::string& name, std::string description) {
+  m_descriptions[name] = std::move(description);
+  return true;
+}
+
+std::string ModelRegistry::description(const std::string& name) const {
+  auto it = m_descriptions.find(name);
+  return it == m_descriptions.end() ? std::string() : it->second;
 }
 
 const ModelRegistry::Entry* ModelRegistry::find(const std::string& name) const {

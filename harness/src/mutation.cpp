@@ -1,4 +1,5 @@
 #include "graphcheck/mutation.h"
+#include "graphcheck/plugin.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@ thread_local const std::set<std::string>* t_enabled = nullptr;
 bool add(std::string name, std::string owner, std::string description) {
   auto& entries = registry();
   if (entries.count(name)) {
+    if (detail::record_clash("mutation", name)) return false;  // a plugin's clash: load_plugin() reports it
     std::fprintf(stderr, "graphcheck: mutation '%s' is registered twice; give it one owner\n",
                  name.c_str());
     std::abort();

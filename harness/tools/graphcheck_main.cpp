@@ -3,11 +3,11 @@
 
 #include <fcntl.h>
 #include <fnmatch.h>
-#include <xxhash.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -19,11 +19,14 @@
 #include <iostream>
 #include <set>
 
+#include "fingerprint.h"
 #include "graphcheck/backend.h"
+#include "graphcheck/cli.h"
 #include "graphcheck/compare.h"
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
+#include "graphcheck/plugin.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/reporter.h"
 #include "graphcheck/safetensors.h"
@@ -670,9 +673,77 @@ int cmd_compare(const std::string& base, const std::string& now, const gc::Compa
 
 // ---- list ---------------------------------------------------------------------------------
 
-int cmd_list(const std::vector<std::string>& paths) {
+// A fixture's config keys and their defaults: the keys its constructor asks for when given none.
+// A fixture whose construction fails with its defaults says so instead.
+struct FixtureInfo {
+  std::string name;
+  std::string description;
+  std::vector<std::pair<std::string, std::string>> config;  // key -> default
+  std::string error;
+};
+
+FixtureInfo fixture_info(const std::string& name) {
+  FixtureInfo info;
+  info.name = name;
+  info.description = gc::ModelRegistry::get().description(name);
+  gc::ModelConfig config;
+  try {
+    (void)gc::ModelRegistry::get().find(name)->factory(config);
+  } catch (const std::exception& e) {
+    info.error = e.what();
+  }
+  for (const auto& [key, value] : config.defaults_asked()) info.config.emplace_back(key, gc::to_string(value));
+  return info;
+}
+
+int cmd_list(const std::vector<std::string>& paths, bool json) {
+  std::vector<std::string> where = paths;
+  if (where.empty() && fs::is_directory("scenarios")) where = {"scenarios"};
+  bool ok = true;
+  std::vector<gc::Scenario> scenarios;
+  if (!where.empty()) scenarios = load_scenarios(where, ok);
+  std::vector<FixtureInfo> fixtures;
+  for (const auto& name : gc::ModelRegistry::get().names()) fixtures.push_back(fixture_info(name));
+
+  if (json) {
+    nlohmann::ordered_json doc;
+    doc["plugins"] = gc::loaded_plugins();
+    doc["fixtures"] = nlohmann::ordered_json::array();
+    for (const auto& f : fixtures) {
+      nlohmann::ordered_json config = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : f.config) config[key] = value;
+      doc["fixtures"].push_back({{"name", f.name}, {"description", f.description}, {"config", config},
+                                 {"construct_error", f.error}});
+    }
+    doc["probes"] = nlohmann::ordered_json::array();
+    for (const auto& name : gc::ProbeRegistry::get().names()) {
+      const auto* entry = gc::ProbeRegistry::get().find(name);
+      std::vector<std::string> passes;
+      for (auto pass : entry->passes) passes.emplace_back(gc::to_string(pass));
+      doc["probes"].push_back({{"name", name}, {"description", entry->description}, {"passes", passes}});
+    }
+    doc["mutations"] = nlohmann::ordered_json::array();
+    for (const auto& m : gc::mutation::all()) {
+      doc["mutations"].push_back({{"name", m.name}, {"owner", m.owner}, {"description", m.description}});
+    }
+    doc["scenarios"] = nlohmann::ordered_json::array();
+    for (const auto& sc : scenarios) {
+      doc["scenarios"].push_back({{"name", sc.name}, {"fixture", sc.fixture}, {"file", sc.file},
+                                  {"description", sc.description}, {"mutations", sc.mutations}});
+    }
+    fmt::print("{}\n", doc.dump(2));
+    return ok ? kExitPassed : kExitUsage;
+  }
+
+  for (const auto& plugin : gc::loaded_plugins()) fmt::print("plugin: {}\n", plugin);
   fmt::print("fixtures:\n");
-  for (const auto& name : gc::ModelRegistry::get().names()) fmt::print("  {}\n", name);
+  for (const auto& f : fixtures) {
+    fmt::print("  {:<18} {}\n", f.name, f.description);
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : f.config) keys.push_back(fmt::format("{}={}", key, value));
+    if (!keys.empty()) fmt::print("  {:<18} config: {}\n", "", fmt::join(keys, ", "));
+    if (!f.error.empty()) fmt::print("  {:<18} (its defaults do not construct: {})\n", "", f.error);
+  }
   fmt::print("probes:\n");
   for (const auto& name : gc::ProbeRegistry::get().names()) {
     fmt::print("  {:<14} {}\n", name, gc::ProbeRegistry::get().find(name)->description);
@@ -681,15 +752,11 @@ int cmd_list(const std::vector<std::string>& paths) {
   for (const auto& m : gc::mutation::all()) {
     fmt::print("  {:<28} [{}] {}\n", m.name, m.owner, m.description);
   }
-  std::vector<std::string> where = paths;
-  if (where.empty() && fs::is_directory("scenarios")) where = {"scenarios"};
   if (where.empty()) return kExitPassed;
-  bool ok = true;
-  auto scenarios = load_scenarios(where, ok);
   fmt::print("scenarios:\n");
-  for (const auto& s : scenarios) {
-    fmt::print("  {:<28} {:<10} {}\n", s.name, s.fixture, s.file);
-    for (const auto& [m, probes] : s.mutations) {
+  for (const auto& sc : scenarios) {
+    fmt::print("  {:<28} {:<10} {}\n", sc.name, sc.fixture, sc.file);
+    for (const auto& [m, probes] : sc.mutations) {
       fmt::print("      mutation {} -> {}\n", m, fmt::join(probes, ", "));
     }
   }
@@ -766,7 +833,7 @@ int cmd_inspect(const std::vector<std::string>& files, int values) {
                  "xxh3-64", "first values");
       for (const auto& t : file.tensors()) {
         const std::byte* data = file.data(t);
-        const std::uint64_t hash = XXH3_64bits(data, t.nbytes());
+        const std::uint64_t hash = gc::fingerprint_bytes(data, t.nbytes());
         std::vector<std::string> first;
         for (std::int64_t i = 0; i < std::min<std::int64_t>(values, t.numel()); ++i) {
           first.push_back(value_at(data, t.dtype, i));
@@ -785,7 +852,7 @@ int cmd_inspect(const std::vector<std::string>& files, int values) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int graphcheck::cli_main(int argc, char** argv) {
   // Standard streams closed by whoever started us would be reused by the next open(), and a
   // report or a child's pipe would end up on "stderr": keep 0-2 taken.
   for (int fd = 0; fd < 3; ++fd) {
@@ -816,6 +883,11 @@ int main(int argc, char** argv) {
   run_args.reports.add_options(run, "graphcheck", "junit.xml");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
   run_args.exec.add_options(run);
+  std::vector<std::string> plugins;
+  const char* plugin_help =
+      "Load models, mutations and probes from this shared library (repeatable; also "
+      "GRAPHCHECK_PLUGIN_PATH, ':'-separated)";
+  run->add_option("--plugin", plugins, plugin_help);
 
   MutantsArgs mutants_args;
   CLI::App* mutants = app.add_subcommand(
@@ -831,6 +903,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mutants_args.reports.add_options(mutants, "mutants", "mutants-junit.xml");
   mutants_args.exec.add_options(mutants);
+  mutants->add_option("--plugin", plugins, plugin_help);
 
   // The child process of an isolated run (not for people: no help entry).
   std::string child_file, child_record;
@@ -847,6 +920,7 @@ int main(int argc, char** argv) {
   child->add_option("--threads", child_threads);
   child->add_option("--seed", child_options.seed);
   child->add_option("--mutation", child_mutations);
+  child->add_option("--plugin", plugins);
 
   std::string compare_base, compare_new, compare_markdown;
   gc::CompareOptions compare_options;
@@ -874,6 +948,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> list_paths;
   CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");
   list->add_option("paths", list_paths, "Scenario files or directories (default: scenarios/)");
+  list->add_option("--plugin", plugins, plugin_help);
+  bool list_json = false;
+  list->add_flag("--json", list_json, "Print everything as one JSON document (for tools)");
 
   std::vector<std::string> inspect_files;
   int inspect_values = 6;
@@ -894,6 +971,18 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Plugins first: scenario files name their models and mutations.
+  if (*run || *mutants || *list || *child) {
+    std::vector<std::string> files = gc::plugin_paths_from_env();
+    files.insert(files.end(), plugins.begin(), plugins.end());
+    try {
+      for (const auto& file : files) (void)gc::load_plugin(file);
+    } catch (const gc::PluginError& e) {
+      fmt::print(stderr, "graphcheck: error: {}\n", e.what());
+      return kExitUsage;
+    }
+  }
+
   try {
     if (*child) {
       child_options.mutations.insert(child_mutations.begin(), child_mutations.end());
@@ -902,7 +991,7 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_args);
     if (*mutants) return cmd_mutants(mutants_args);
     if (*compare) return cmd_compare(compare_base, compare_new, compare_options, compare_markdown);
-    if (*list) return cmd_list(list_paths);
+    if (*list) return cmd_list(list_paths, list_json);
     if (*inspect) return cmd_inspect(inspect_files, inspect_values);
   } catch (const std::exception& e) {
     fmt::print(stderr, "graphcheck: internal error: {}\n", e.what());

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "graphcheck/plugin.h"
 #include "graphcheck/reporter.h"
 #include "reporters/report_views.h"
 
@@ -200,6 +201,11 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
   for (const auto& m : job.options.mutations) {
     args.push_back("--mutation");
     args.push_back(m);
+  }
+  // The child registers the same models: it loads the plugins this process loaded.
+  for (const auto& plugin : loaded_plugins()) {
+    args.push_back("--plugin");
+    args.push_back(plugin);
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

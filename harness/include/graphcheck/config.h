@@ -35,15 +35,19 @@ class ModelConfig {
   [[nodiscard]] std::string get_string(const std::string& key, const std::string& fallback) const;
 
   [[nodiscard]] std::vector<std::string> unused_keys() const;
+  // Every key a getter asked for, with the default it offered, in the order first asked: what
+  // `graphcheck list` shows of a fixture constructed with an empty config.
+  [[nodiscard]] const std::vector<std::pair<std::string, Value>>& defaults_asked() const { return m_defaults; }
   [[nodiscard]] std::string where(const std::string& key) const;
   [[nodiscard]] const std::map<std::string, Value>& values() const { return m_values; }
 
  private:
-  [[nodiscard]] const Value* lookup(const std::string& key) const;
+  [[nodiscard]] const Value* lookup(const std::string& key, Value fallback) const;
 
   std::map<std::string, Value> m_values;
   std::map<std::string, std::string> m_where;
   mutable std::set<std::string> m_used;
+  mutable std::vector<std::pair<std::string, Value>> m_defaults;
 };
 
 [[nodiscard]] std::string to_string(const ModelConfig::Value& value);

@@ -239,13 +239,18 @@ class ModelRegistry {
     ModelFactory factory;
   };
   static ModelRegistry& get();
-  // Returns true so that it can initialise a static; a duplicate name aborts with a message.
+  // Returns true so that it can initialise a static; a duplicate name aborts with a message
+  // (while a plugin loads, load_plugin() reports it instead).
   bool add(std::string name, ModelFactory factory);
+  // A one-line description for `graphcheck list` (GRAPHCHECK_DESCRIBE_MODEL).
+  bool describe(const std::string& name, std::string description);
+  [[nodiscard]] std::string description(const std::string& name) const;
   [[nodiscard]] const Entry* find(const std::string& name) const;
   [[nodiscard]] std::vector<std::string> names() const;
 
  private:
   std::map<std::string, std::unique_ptr<Entry>> m_entries;
+  std::map<std::string, std::string> m_descriptions;
 };
 
 }  // namespace graphcheck
@@ -256,3 +261,7 @@ class ModelRegistry {
 #define GRAPHCHECK_REGISTER_MODEL(name, factory)                                      \
   static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_registered_, __LINE__) = \
       ::graphcheck::ModelRegistry::get().add(name, factory)
+// Its one-line description for `graphcheck list`: GRAPHCHECK_DESCRIBE_MODEL("my_model", "...").
+#define GRAPHCHECK_DESCRIBE_MODEL(name, description)                                   \
+  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_described_, __LINE__) = \
+      ::graphcheck::ModelRegistry::get().describe(name, description)

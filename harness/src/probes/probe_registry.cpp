@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "graphcheck/probe.h"
+#include "graphcheck/plugin.h"
 
 namespace graphcheck {
 
@@ -13,6 +14,7 @@ ProbeRegistry& ProbeRegistry::get() {
 bool ProbeRegistry::add(std::string name, std::string description, ProbeFactory factory,
                         std::vector<Pass> passes) {
   if (m_entries.count(name)) {
+    if (detail::record_clash("probe", name)) return false;  // a plugin's clash: load_plugin() reports it
     std::fprintf(stderr, "graphcheck: probe '%s' is registered twice\n", name.c_str());
     std::abort();
   }
