@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <deque>
 #include <exception>
 
 #include "graphcheck/scenario.h"
@@ -54,8 +55,11 @@ int register_scenario_cases(const std::string& path, const RunOptions& options, 
     for (char& c : name) {
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     }
+    // Boost keeps the file name as a pointer: it must outlive the test tree.
+    static std::deque<std::string> file_names;
+    file_names.push_back(file);
     suite->add(utf::make_test_case([file, options] { BOOST_CHECK(scenario_passes(file, options)); }, name,
-                                   file, 1));
+                                   file_names.back(), 1));
     ++count;
   }
   utf::framework::master_test_suite().add(suite);

@@ -22,9 +22,8 @@ namespace graphcheck {
 namespace {
 
 struct PluginState {
-  std::mutex mutex;
-  bool loading = false;
-  std::vector<std::string> clashes;              // "model 'dsv4'", while a plugin loads
+  // Recursive: a plugin's static initialisers may load another plugin.
+  std::recursive_mutex mutex;
   std::map<std::string, PluginInfo> by_file;     // canonical path -> what it added
   std::vector<std::string> order;                // paths as given, in load order
 };
@@ -33,6 +32,22 @@ PluginState& state() {
   static PluginState s;
   return s;
 }
+
+// The clashes of the plugin this thread is loading ("model 'dsv4'"), or nullptr: registrations
+// run on the thread that calls dlopen(), and only theirs may be refused.
+thread_local std::vector<std::string>* t_clashes = nullptr;
+
+// Sets t_clashes for its lifetime, restoring the outer load's on the way out (also on a throw).
+class LoadingScope {
+ public:
+  explicit LoadingScope(std::vector<std::string>& clashes) : m_previous(t_clashes) { t_clashes = &clashes; }
+  ~LoadingScope() { t_clashes = m_previous; }
+  LoadingScope(const LoadingScope&) = delete;
+  LoadingScope& operator=(const LoadingScope&) = delete;
+
+ private:
+  std::vector<std::string>* m_previous;
+};
 
 std::set<std::string> model_names() {
   const auto names = ModelRegistry::get().names();
@@ -57,16 +72,15 @@ std::vector<std::string> added(const std::set<std::string>& before, const std::s
 
 namespace detail {
 bool record_clash(const char* kind, const std::string& name) {
-  PluginState& s = state();  // the loading thread holds the mutex; registrations run on it
-  if (!s.loading) return false;
-  s.clashes.push_back(fmt::format("{} '{}'", kind, name));
+  if (!t_clashes) return false;
+  t_clashes->push_back(fmt::format("{} '{}'", kind, name));
   return true;
 }
 }  // namespace detail
 
 PluginInfo load_plugin(const std::string& path) {
   PluginState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw PluginError(fmt::format(
@@ -85,14 +99,24 @@ PluginInfo load_plugin(const std::string& path) {
   const auto models = model_names();
   const auto mutations = mutation_names();
   const auto probes = probe_names();
-  s.loading = true;
-  s.clashes.clear();
+  std::vector<std::string> clashes;
+  void* handle = nullptr;
   ::dlerror();
-  // RTLD_NOW: an unresolved symbol (a plugin built against another graphcheck or libtorch) fails
-  // here, not in the middle of a scenario. The handle is never closed: the registered factories
-  // point into it.
-  void* handle = ::dlopen(path.find('/') == std::string::npos ? ("./" + path).c_str() : path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  s.loading = false;
+  try {
+    LoadingScope loading(clashes);
+    // RTLD_NOW: an unresolved symbol (a plugin built against another graphcheck or libtorch)
+    // fails here, not in the middle of a scenario. The handle is never closed: the registered
+    // factories point into it.
+    handle = ::dlopen(path.find('/') == std::string::npos ? ("./" + path).c_str() : path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  } catch (const PluginError&) {
+    throw;  // a plugin it loads in turn
+  } catch (const std::exception& e) {
+    throw PluginError(fmt::format("plugin '{}' threw while registering its models: {}: fix its static "
+                                  "initialisers (GRAPHCHECK_REGISTER_* and globals)",
+                                  path, e.what()));
+  } catch (...) {
+    throw PluginError(fmt::format("plugin '{}' threw a non-standard exception while registering its models", path));
+  }
   if (!handle) {
     const char* why = ::dlerror();
     throw PluginError(fmt::format(
@@ -100,11 +124,11 @@ PluginInfo load_plugin(const std::string& path) {
         "graphcheck and libtorch (graphcheck_add_models() in the installed package does that)",
         path, why ? why : "unknown dlopen() failure"));
   }
-  if (!s.clashes.empty()) {
+  if (!clashes.empty()) {
     throw PluginError(fmt::format(
         "plugin '{}' registers {}, already registered by graphcheck or an earlier plugin: rename "
         "it in the plugin (names are global: prefix them with the project's name)",
-        path, fmt::join(s.clashes, ", ")));
+        path, fmt::join(clashes, ", ")));
   }
   PluginInfo info;
   info.path = path;
@@ -125,7 +149,7 @@ PluginInfo load_plugin(const std::string& path) {
 
 std::vector<std::string> loaded_plugins() {
   PluginState& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::recursive_mutex> lock(s.mutex);
   return s.order;
 }
 

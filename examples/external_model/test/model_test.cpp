@@ -2,6 +2,9 @@
 // own. Run from the project directory: scenario paths are relative to it.
 
 #include <graphcheck/gtest.h>
+#include <graphcheck/scenario.h>
+
+#include <cstdio>
 
 namespace {
 
@@ -19,6 +22,11 @@ TEST(ExternalGatedMlp, PlantedBugIsCaught) { EXPECT_MUTATION_CAUGHT(kScenario, "
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  graphcheck::testing::register_scenario_tests("scenarios", {}, "Scenarios");  // one test per file
+  try {
+    graphcheck::testing::register_scenario_tests("scenarios", {}, "Scenarios");  // one test per file
+  } catch (const graphcheck::ScenarioError& e) {
+    std::fprintf(stderr, "model_tests: %s: run it from the project's directory\n", e.what());
+    return 2;
+  }
   return RUN_ALL_TESTS();
 }
