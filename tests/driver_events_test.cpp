@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "graphcheck/checkpoint.h"
 #include "graphcheck/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
@@ -702,6 +703,99 @@ TEST(ContractShapes, APreallocatedOutputBufferIsNoCoverageOrReplayFinding) {
   s.checks = {"coverage", "replay_diff"};
   ScenarioRecord r = run_scenario(s, options_with({}));
   EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+}
+
+
+// ---- the streamed tensors the harness records (copy-on-need) -----------------------------------
+
+// A loader that abuses what it is streamed: "scribble" doubles the streamed tensor in place and
+// loads half of it (the model holds the checkpoint's values, the streamed tensor does not);
+// "keep" makes the first streamed tensor its parameter (before any capture; later loads copy into
+// it) and PWAL doubles it in place (forward halves it).
+// Either would change the harness's record of the checkpoint if it were kept without a check,
+// and model B (built from the records) would disagree with model A.
+class StreamAbusingModel final : public LifecycleModel {
+ public:
+  explicit StreamAbusingModel(const ModelConfig& c) : m_mode(c.get_string("mode", "scribble")) {
+    m_module.register_parameter("w", torch::zeros({4, 4}), false);
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    std::set<std::string> loaded;
+    torch::Tensor w = m_module.named_parameters()["w"];
+    while (auto item = weights.next()) {
+      if (m_mode == "keep" && !m_kept) {
+        w.set_data(item->tensor);
+        m_kept = true;
+      } else if (m_mode == "keep") {
+        w.copy_(item->tensor);
+      } else {
+        item->tensor.mul_(2);
+        w.copy_(item->tensor / 2);
+      }
+      loaded.insert(item->name);
+    }
+    return loaded;
+  }
+  void process_weights_after_loading() override {
+    if (m_mode == "keep") m_module.named_parameters()["w"].mul_(2);
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    const torch::Tensor w = m_module.named_parameters()["w"];
+    return torch::matmul(x, m_mode == "keep" ? w / 2 : w);
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 4}); }
+
+ private:
+  std::string m_mode;
+  bool m_kept = false;
+  torch::nn::Module m_module;
+};
+GRAPHCHECK_REGISTER_MODEL("test_stream_abuser", [](const ModelConfig& c) {
+  return std::make_unique<StreamAbusingModel>(c);
+});
+
+// The checkpoint a scenario's load read, as a name -> tensor map.
+std::map<std::string, torch::Tensor> checkpoint_file(const std::string& path) {
+  std::map<std::string, torch::Tensor> out;
+  SafetensorsWeightStream stream(path);
+  while (auto item = stream.next()) out[item->name] = item->tensor;
+  return out;
+}
+
+class StreamedRecorder final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "streamed_recorder"; }
+  void on_load_end(RunContext&, const LoadEvent& e) override {
+    if (e.format == LoadFormat::checkpoint) loads.push_back(e);
+  }
+  std::vector<LoadEvent> loads;
+};
+
+TEST(StreamRecords, ALoaderThatWritesIntoOrKeepsWhatItIsStreamedLeavesTheRecordsIntact) {
+  for (const std::string mode : {"scribble", "keep"}) {
+    Scenario s;
+    s.name = "abuser-" + mode;
+    s.file = "abuser.yaml";
+    s.fixture = "test_stream_abuser";
+    s.config.set("mode", mode, "abuser.yaml:2:5");
+    s.batch_sizes = {1};
+    s.cycles = {RefitSpec{2, {}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+    s.checks = {"replay_diff"};
+    StreamedRecorder recorder;
+    ScenarioRecord r = run_scenario(s, options_with({&recorder}));
+    EXPECT_EQ(r.status, Status::passed) << mode << ": " << (r.findings.empty() ? r.reason : r.findings[0].message);
+    ASSERT_FALSE(recorder.loads.empty()) << mode;
+    for (const LoadEvent& e : recorder.loads) {
+      const std::string path = e.source.substr(e.source.find('\'') + 1, e.source.rfind('\'') - e.source.find('\'') - 1);
+      const auto file = checkpoint_file(path);
+      for (const NamedTensor& t : e.streamed) {
+        ASSERT_TRUE(file.count(t.name)) << t.name;
+        EXPECT_TRUE(torch::equal(t.tensor, file.at(t.name)))
+            << mode << ": the record of '" << t.name << "' from " << e.source << " is not the checkpoint's";
+      }
+    }
+  }
 }
 
 }  // namespace

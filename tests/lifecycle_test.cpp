@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
+#include "byte_scan.h"
 #include "counting_allocator.h"
 #include "dummy_loader.h"
 #include "fingerprint.h"
@@ -44,6 +47,54 @@ TEST(CountingAllocator, CountsLiveBytesAndWhatOutlivesAMoment) {
   // Freed after uninstall: still counted down.
   kept = torch::Tensor();
   EXPECT_EQ(counter.live_bytes(), base);
+}
+
+// Views of more than one chunk (1 MiB) are hashed a few rows at a time: the digest is still the
+// one of their contiguous copy, for a transposed, a sliced and an expanded view.
+TEST(Fingerprint, ChunkedViewsHashLikeTheirContiguousCopy) {
+  const torch::Tensor base = torch::rand({1024, 700});
+  for (const torch::Tensor& view : {base.t(), base.narrow(1, 3, 650), base.narrow(0, 0, 1).expand({900, 700}),
+                                    base.reshape({4, 256, 700}).permute({2, 0, 1})}) {
+    ASSERT_FALSE(view.is_contiguous());
+    EXPECT_EQ(fingerprint(view), fingerprint(view.contiguous())) << view.sizes();
+  }
+  torch::Tensor changed = base.clone();
+  changed[1023][699] = -1;
+  EXPECT_NE(fingerprint(base.t()), fingerprint(changed.t()));
+}
+
+TEST(ByteScan, CountsElementsThatHoldThePatternWhereTheExpectedValueDoesNot) {
+  // Each width the scan specialises, and a 16-byte element (complex double) the generic path takes.
+  for (std::size_t width : {1, 2, 4, 8, 16}) {
+    const std::int64_t n = 1000;
+    std::vector<std::uint8_t> data(n * width, 0x11), expected(n * width, 0x22);
+    auto poison = [&](std::vector<std::uint8_t>& v, std::int64_t i) {
+      std::fill_n(v.begin() + i * static_cast<std::int64_t>(width), width, std::uint8_t{0xFF});
+    };
+    for (std::int64_t i : {7, 300, 301, 999}) poison(data, i);
+    poison(expected, 301);  // expected to hold the pattern: no evidence
+    if (width > 1) data[500 * width] = 0xFF;  // one byte of an element is not the element
+    std::int64_t first = -2;
+    EXPECT_EQ(scan::count_pattern(data.data(), expected.data(), n, width, 0xFF, &first), 3) << width;
+    EXPECT_EQ(first, 7) << width;
+    EXPECT_EQ(scan::count_pattern(data.data(), nullptr, n, width, 0xFF, &first), 4) << width;
+    std::vector<std::uint8_t> mask_bytes(n);
+    bool* mask = reinterpret_cast<bool*>(mask_bytes.data());
+    scan::mask_pattern(data.data(), expected.data(), n, width, 0xFF, mask);
+    for (std::int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(mask[i], i == 7 || i == 300 || i == 999) << width << " at " << i;
+    }
+    EXPECT_EQ(scan::count_pattern(expected.data(), nullptr, n, width, 0x7E, &first), 0);
+    EXPECT_EQ(first, -1);
+  }
+}
+
+// More elements than one counting block of the byte-wide scan (255), so blocks add up.
+TEST(ByteScan, CountsAcrossBlocks) {
+  std::vector<std::uint8_t> data(100'000, 0xFF);
+  data[0] = 0;
+  EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 100'000, 1, 0xFF), 99'999);
+  EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 50'000, 2, 0xFF), 49'999);
 }
 
 TEST(Fingerprint, DependsOnContentNotLayout) {

@@ -72,7 +72,7 @@ torch::Tensor read_tensor(const st::File& file, const st::TensorInfo& info) {
 }
 
 void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
-                     const std::map<std::string, std::string>& metadata) {
+                     const std::map<std::string, std::string>& metadata, st::Durability durability) {
   std::vector<torch::Tensor> keep;  // owns the contiguous CPU copies while writing
   std::vector<st::TensorView> views;
   keep.reserve(tensors.size());
@@ -83,7 +83,7 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
                      std::vector<std::int64_t>(c.sizes().begin(), c.sizes().end()), c.data_ptr(),
                      static_cast<std::size_t>(c.nbytes())});
   }
-  st::write(path, views, metadata);
+  st::write(path, views, metadata, durability);
 }
 
 bool matches_any_prefix(const std::string& name, const std::vector<std::string>& prefixes) {

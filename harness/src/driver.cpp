@@ -9,10 +9,12 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <type_traits>
 
 #include "address_index.h"
 #include "counting_allocator.h"
+#include "fingerprint.h"
 #include "graphcheck/backend.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/model.h"
@@ -186,33 +188,97 @@ PassSpec spec_of(Pass pass) {
 class Driver;
 
 // Remembers every tensor a stream yields (by checkpoint name): the weights model A should hold
-// afterwards.
+// afterwards. A stream that yields fresh tensors (a checkpoint file) is recorded without a copy:
+// finish() checks each one after the load and takes a copy only where needed (copy-on-need): a
+// fresh read from the source where the loader wrote into the streamed tensor (its version counter
+// or its content moved), a clone where the loader kept a reference to it (a later PWAL could write
+// into it). A stream of tensors the harness holds elsewhere (`copy`) is cloned as it streams.
 class RecordingStream final : public WeightStream {
  public:
-  RecordingStream(WeightStream& inner, std::map<std::string, torch::Tensor>& into, double& harness)
-      : m_inner(inner), m_into(into), m_harness(harness) {}
+  using Reread = std::function<torch::Tensor(const std::string&)>;
+  RecordingStream(WeightStream& inner, std::map<std::string, torch::Tensor>& into, double& harness, bool copy,
+                  Reread reread = {})
+      : m_inner(inner), m_into(into), m_harness(harness), m_copy(copy), m_reread(std::move(reread)) {}
   std::optional<NamedTensor> next() override {
     auto item = m_inner.next();
     if (item) {
       HarnessTime t(m_harness);
       UncountedScope uncounted;  // the harness's copy, not the model's memory
-      torch::Tensor copy = item->tensor.clone();
-      m_into[item->name] = copy;
-      m_streamed.push_back({item->name, copy});
+      Recorded r{{item->name, m_copy ? item->tensor.clone() : item->tensor}, 0, 0, 0};
+      if (!m_copy && r.item.tensor.defined()) {
+        r.version = version_of(r.item.tensor);
+        r.print = fingerprint(r.item.tensor);
+        // References now: ours, the item the loader gets, and the source's own, if any.
+        r.refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
+      }
+      m_recorded.push_back(std::move(r));
       m_seen.insert(item->name);
     }
     return item;
   }
   [[nodiscard]] std::string source() const override { return m_inner.source(); }
   [[nodiscard]] const std::set<std::string>& seen() const { return m_seen; }
-  [[nodiscard]] std::vector<NamedTensor> take_streamed() { return std::move(m_streamed); }
+
+  // After load_weights() returned: settles the records (see above) and returns them in stream order.
+  std::vector<NamedTensor> finish() {
+    HarnessTime t(m_harness);
+    UncountedScope uncounted;
+    std::vector<NamedTensor> streamed;
+    streamed.reserve(m_recorded.size());
+    for (Recorded& r : m_recorded) {
+      torch::Tensor& tensor = r.item.tensor;
+      if (!m_copy && tensor.defined()) {
+        const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
+        const bool kept = tensor.has_storage() && tensor.storage().use_count() >= r.refs;
+        if (written && m_reread) {
+          tensor = m_reread(r.item.name);
+        } else if (written || kept) {
+          tensor = tensor.clone();
+        }
+      }
+      m_into[r.item.name] = tensor;
+      streamed.push_back(std::move(r.item));
+    }
+    m_recorded.clear();
+    return streamed;
+  }
 
  private:
+  struct Recorded {
+    NamedTensor item;
+    std::int64_t version = 0;
+    std::uint64_t print = 0;
+    std::size_t refs = 0;
+  };
+  static std::int64_t version_of(const torch::Tensor& t) {
+    try {
+      return static_cast<std::int64_t>(t._version());
+    } catch (const c10::Error&) {
+      return -1;  // an inference tensor has no version counter: the fingerprint decides
+    }
+  }
   WeightStream& m_inner;
   std::map<std::string, torch::Tensor>& m_into;
   double& m_harness;
-  std::vector<NamedTensor> m_streamed;
+  bool m_copy;
+  Reread m_reread;
+  std::vector<Recorded> m_recorded;
   std::set<std::string> m_seen;
+};
+
+// Yields a clone of each tensor of another stream, made as it is asked for.
+class CloningStream final : public WeightStream {
+ public:
+  explicit CloningStream(WeightStream& inner) : m_inner(inner) {}
+  std::optional<NamedTensor> next() override {
+    auto item = m_inner.next();
+    if (item && item->tensor.defined()) item->tensor = item->tensor.clone();
+    return item;
+  }
+  [[nodiscard]] std::string source() const override { return m_inner.source(); }
+
+ private:
+  WeightStream& m_inner;
 };
 
 // One pass of a scenario: its own model A, graphs and model B, and the probes of that pass.
@@ -544,9 +610,11 @@ class Driver final : public HookSink {
     }
     std::string path = (m_work_dir / fmt::format("seed-{}.safetensors", seed)).string();
     try {
+      // Scratch: regenerated by every run, so not worth an fsync.
       save_checkpoint(path, tensors,
                       {{"graphcheck.fixture", m_scenario.fixture},
-                       {"graphcheck.seed", std::to_string(seed)}});
+                       {"graphcheck.seed", std::to_string(seed)}},
+                      safetensors::Durability::scratch);
     } catch (const safetensors::Error& e) {
       // A dtype the format cannot hold comes from the model's synthesize_checkpoint().
       throw ModelFailure(pass.phase(), fmt::format("synthesize_checkpoint(): {}", e.what()));
@@ -1122,10 +1190,21 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
                                 fmt::join(bucket.only, ", "), e.source));
   }
   begin(&Probe::on_load_begin, e);
-  RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds);
+  RecordingStream::Reread reread;
+  if (!source.tensors) {
+    reread = [path = source.path](const std::string& name) {
+      const safetensors::File file = safetensors::File::open(path);
+      for (const auto& info : file.tensors()) {
+        if (info.name == name) return read_tensor(file, info);
+      }
+      throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, path));
+    };
+  }
+  RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
+                         /*copy=*/source.tensors != nullptr, std::move(reread));
   e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+  e.streamed = stream.finish();
   check_loaded(stream.seen(), e.loaded, refit, e.source);
-  e.streamed = stream.take_streamed();
   end(&Probe::on_load_end, e);
 }
 
@@ -1354,8 +1433,11 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
   if (!weights.empty()) {
     std::vector<NamedTensor> list;
     for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
-    TensorListWeightStream stream(
+    TensorListWeightStream records(
         std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));
+    // One copy at a time: a loader that writes into what it is streamed must not change the
+    // records, which later builds read again.
+    CloningStream stream(records);
     call_model(m_phase, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
   }
   call_model(m_phase, fmt::format("{} process_weights_after_loading()", what), [&] {

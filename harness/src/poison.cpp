@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "byte_scan.h"
+
 namespace graphcheck {
 
 std::uint8_t poison_byte(c10::ScalarType dtype) {
@@ -47,25 +49,41 @@ void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
   bytes.fill_(byte);
 }
 
+namespace {
+
+// `t`'s elements as one contiguous CPU array: `t` itself when it is one, else a copy (kept alive
+// by the returned tensor).
+torch::Tensor dense_cpu(const torch::Tensor& t) {
+  torch::Tensor c = t.device().is_cpu() ? t : t.to(torch::kCPU);
+  return c.is_contiguous() ? c : c.contiguous();
+}
+
+// The expected value, comparable with `t`, as a dense CPU array; undefined when not comparable.
+torch::Tensor dense_expected(const torch::Tensor& t, const torch::Tensor& expected) {
+  return comparable(t, expected) ? dense_cpu(expected) : torch::Tensor();
+}
+
+}  // namespace
+
 torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected) {
-  if (t.numel() == 0) return torch::zeros({0}, torch::kBool);
+  torch::Tensor mask = torch::zeros({t.numel()}, torch::kBool);
+  if (t.numel() == 0) return mask;
+  const torch::Tensor a = dense_cpu(t);
+  const torch::Tensor e = dense_expected(t, expected);
   const std::uint8_t byte = poison_byte(t.scalar_type());
-  torch::Tensor mask = element_bytes(t).eq(byte).all(1);
-  if (comparable(t, expected)) {
-    // Where the expected value itself is the pattern, holding it is no evidence.
-    mask = mask.logical_and(element_bytes(expected.to(t.device())).eq(byte).all(1).logical_not());
-  } else if (!poison_is_nan(t.scalar_type())) {
+  // Where the expected value itself is the pattern, holding it is no evidence.
+  scan::mask_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(), byte,
+                     mask.data_ptr<bool>());
+  if (!e.defined() && !poison_is_nan(t.scalar_type())) {
     // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
-    if (!mask.all().item<bool>()) mask.zero_();
+    if (scan::count_pattern(a.data_ptr(), nullptr, t.numel(), t.element_size(), byte) != t.numel()) mask.zero_();
   }
-  return mask;
+  return mask.to(t.device());
 }
 
 Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected) {
   Survivors s;
   s.elements = t.numel();
-  if (s.elements == 0) return s;
-  const torch::Tensor mask = survivor_mask(t, expected);
   if (comparable(t, expected)) {
     s.basis = "elements holding the poison where the expected value does not";
   } else if (poison_is_nan(t.scalar_type())) {
@@ -73,9 +91,25 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
   } else {
     s.basis = "no expected value to compare with: counted only when every element kept the sentinel";
   }
-  s.count = mask.sum().item<std::int64_t>();
-  if (s.count > 0) s.first = mask.nonzero()[0][0].item<std::int64_t>();
+  if (s.elements == 0) return s;
+  const torch::Tensor a = dense_cpu(t);
+  const torch::Tensor e = dense_expected(t, expected);
+  s.count = scan::count_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(),
+                                poison_byte(t.scalar_type()), &s.first);
+  if (!e.defined() && !poison_is_nan(t.scalar_type()) && s.count != s.elements) {
+    s.count = 0;
+    s.first = -1;
+  }
   return s;
+}
+
+torch::Tensor pattern_mask(const torch::Tensor& t) {
+  torch::Tensor mask = torch::zeros({t.numel()}, torch::kBool);
+  if (t.numel() == 0) return mask;
+  const torch::Tensor a = dense_cpu(t);
+  scan::mask_pattern(a.data_ptr(), nullptr, t.numel(), t.element_size(), poison_byte(t.scalar_type()),
+                     mask.data_ptr<bool>());
+  return mask.to(t.device());
 }
 
 }  // namespace graphcheck

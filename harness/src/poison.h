@@ -1,5 +1,5 @@
 #pragma once
-// Poison patterns and survivor counting for the poison probe (DESIGN §1.4). The poison is the
+// Poison patterns and survivor counting (scans at memory speed: byte_scan.h) for the poison probe (DESIGN §1.4). The poison is the
 // byte 0xFF (0x80 for the float8 "fnuz" types, whose only NaN it is), which is NaN in every
 // floating dtype: f64, f32, f16, bf16, float8_e4m3fn, float8_e5m2, float8_e8m0fnu. Dtypes without
 // NaN (uint8 payloads such as packed E2M1 or UE8M0 scales, integers) hold the same byte as a
@@ -40,5 +40,7 @@ struct Survivors {
 [[nodiscard]] Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected);
 // The same rule as a bool mask over the elements of `t` (flattened).
 [[nodiscard]] torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected);
+// Whether each element of `t` (flattened) holds the poison pattern in every byte.
+[[nodiscard]] torch::Tensor pattern_mask(const torch::Tensor& t);
 
 }  // namespace graphcheck

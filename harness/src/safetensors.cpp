@@ -575,7 +575,8 @@ const std::byte* File::data(const TensorInfo& info) const {
 }
 
 void write(const std::string& path, const std::vector<TensorView>& tensors,
-           const std::map<std::string, std::string>& metadata) {
+           const std::map<std::string, std::string>& metadata,
+           Durability durability) {
   std::set<std::string_view> names;
   for (const TensorView& tensor : tensors) {
     const std::string label = tensor_label(tensor.name);
@@ -685,7 +686,7 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
   };
   write_all(prefix.data(), prefix.size());
   for (const TensorView* tensor : order) write_all(tensor->data, tensor->nbytes);
-  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + temp + "': " + errno_text(errno));
+  if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + temp + "': " + errno_text(errno));
   if (const int err = fd.close_now(); err != 0) {
     fail(path, "cannot close '" + temp + "': " + errno_text(err));
   }

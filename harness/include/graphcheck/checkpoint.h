@@ -24,9 +24,11 @@ namespace graphcheck {
 [[nodiscard]] torch::Tensor read_tensor(const safetensors::File& file,
                                         const safetensors::TensorInfo& info);
 
-// Writes tensors (made contiguous, on CPU) as a safetensors file, atomically.
+// Writes tensors (made contiguous, on CPU) as a safetensors file, atomically (durably unless
+// `durability` is scratch: safetensors::write).
 void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
-                     const std::map<std::string, std::string>& metadata = {});
+                     const std::map<std::string, std::string>& metadata = {},
+                     safetensors::Durability durability = safetensors::Durability::durable);
 
 // Streams the tensors of one safetensors file in data-offset order; with `only`, just those whose
 // names start with one of the prefixes. Opening validates the whole file (safetensors::Error).

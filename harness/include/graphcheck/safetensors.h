@@ -160,7 +160,13 @@ struct TensorView {
 // element size, largest first (stable: tensors of equal element size keep the caller's order),
 // and the header is padded with spaces so that the data section starts 8-byte aligned; together
 // these keep every tensor aligned to its element size in the file, as the reference writer does.
+//
+// Durability::durable fsyncs the data before the rename (a file meant to outlive a crash);
+// Durability::scratch does not (the harness's generated checkpoints, rewritten on the next run):
+// the rename still keeps readers from seeing a partial file.
+enum class Durability { durable, scratch };
 void write(const std::string& path, const std::vector<TensorView>& tensors,
-           const std::map<std::string, std::string>& metadata = {});
+           const std::map<std::string, std::string>& metadata = {},
+           Durability durability = Durability::durable);
 
 }  // namespace graphcheck::safetensors

@@ -151,7 +151,7 @@ class CensusProbe final : public EmptyProbe {
       // Still poison after PWAL: NaN in a float dtype, else the sentinel byte.
       torch::Tensor still = poison_is_nan(t.scalar_type())
                                 ? t.isnan().reshape({t.numel()})
-                                : element_bytes(t).eq(poison_byte(t.scalar_type())).all(1);
+                                : pattern_mask(t);
       torch::Tensor mask = p.survivors.logical_and(still);
       const std::int64_t count = mask.sum().item<std::int64_t>();
       if (count == 0) continue;

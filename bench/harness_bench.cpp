@@ -1,0 +1,236 @@
+// The harness's own hot paths, each against a baseline measured in the same run (issue 13):
+//  - content fingerprint, poison fill and poison survivor scan vs memcpy, 1 MiB .. 1 GiB, one
+//    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
+//  - fingerprint of a transposed (non-contiguous) view vs memcpy;
+//  - address snapshot (live_tensors + AddressIndex) and read resolution for 100 .. 100,000
+//    tensors, 8 and 512 modules deep (ns_per_tensor);
+//  - emulated replay vs eager forward per fixture (replay_over_eager).
+// Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
+// only with GRAPHCHECK_BENCH_MAX_MIB=1024.
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "address_index.h"
+#include "fingerprint.h"
+#include "graphcheck/backend.h"
+#include "graphcheck/model.h"
+#include "graphcheck/driver.h"
+#include "poison.h"
+
+namespace gc = graphcheck;
+
+namespace {
+
+std::int64_t max_mib() {
+  const char* env = std::getenv("GRAPHCHECK_BENCH_MAX_MIB");
+  return env && *env ? std::atoll(env) : 256;
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t mib = 1; mib <= max_mib(); mib *= 4) b->Arg(mib);
+  if (max_mib() >= 1024) b->Arg(1024);
+}
+
+std::int64_t arg_bytes(const benchmark::State& state) { return state.range(0) << 20; }
+
+// Random float32 values, faulted in.
+torch::Tensor random_floats(std::int64_t bytes) {
+  return torch::rand({bytes / 4}, torch::kFloat32);
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor src = random_floats(arg_bytes(state));
+  torch::Tensor dst = torch::empty_like(src);
+  dst.fill_(0);
+  for (auto _ : state) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * src.nbytes());
+}
+BENCHMARK(BM_Memcpy)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+void BM_Fingerprint(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = random_floats(arg_bytes(state));
+  for (auto _ : state) benchmark::DoNotOptimize(gc::fingerprint(t));
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_Fingerprint)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// A [rows, 1024] float matrix seen transposed: the layout a repacked weight often has.
+void BM_FingerprintTransposed(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = random_floats(arg_bytes(state)).reshape({-1, 1024}).t();
+  for (auto _ : state) benchmark::DoNotOptimize(gc::fingerprint(t));
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_FingerprintTransposed)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+void BM_PoisonFill(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor t = random_floats(arg_bytes(state));
+  for (auto _ : state) {
+    gc::fill_poison(t);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_PoisonFill)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// The refit case: a tensor that was poisoned and then (mostly) overwritten, scanned against the
+// value it should hold. Arg 1: dtype (0 float32, 1 bfloat16, 2 uint8 sentinel).
+torch::Tensor scan_subject(std::int64_t bytes, int kind, torch::Tensor& expected) {
+  const torch::Tensor f = random_floats(bytes);
+  torch::Tensor t;
+  if (kind == 0) t = f;
+  if (kind == 1) t = f.view(torch::kBFloat16);
+  if (kind == 2) t = f.view(torch::kUInt8);
+  expected = t.clone();
+  gc::fill_poison(t.narrow(0, 0, t.numel() / 64));  // a few survivors at the front
+  return t;
+}
+
+void BM_PoisonScan(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor expected;
+  const torch::Tensor t = scan_subject(arg_bytes(state), static_cast<int>(state.range(1)), expected);
+  std::int64_t found = 0;
+  for (auto _ : state) {
+    const gc::Survivors s = gc::count_survivors(t, expected);
+    found = s.count;
+    benchmark::DoNotOptimize(found);
+  }
+  // The scan reads both the tensor and its expected value.
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+  state.counters["survivors"] = static_cast<double>(found);
+  state.SetLabel(state.range(1) == 0 ? "float32" : state.range(1) == 1 ? "bfloat16" : "uint8");
+}
+BENCHMARK(BM_PoisonScan)
+    ->ArgsProduct({{1, 4, 16, 64, 256}, {0, 1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Without an expected value (a staged tensor whose final value is unknown): the NaN pattern.
+void BM_PoisonScanNoExpected(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor expected;
+  const torch::Tensor t = scan_subject(arg_bytes(state), 0, expected);
+  for (auto _ : state) benchmark::DoNotOptimize(gc::count_survivors(t, torch::Tensor()).count);
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_PoisonScanNoExpected)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// ---- addresses --------------------------------------------------------------------------------
+
+std::unique_ptr<gc::LifecycleModel> synthetic(std::int64_t tensors, std::int64_t depth) {
+  gc::ModelConfig config;
+  config.set("tensors", tensors);
+  config.set("bytes", tensors * 64);
+  config.set("depth", depth);
+  return gc::ModelRegistry::get().find("synthetic")->factory(config);
+}
+
+void address_sizes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t depth : {8, 512}) {
+    for (std::int64_t n : {100, 1000, 10000, 100000}) b->Args({n, depth});
+  }
+}
+
+// What the driver does at every capture: the live tensors (names built) and their index.
+void BM_AddressSnapshot(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  auto model = synthetic(state.range(0), state.range(1));
+  std::size_t n = 0;
+  for (auto _ : state) {
+    const gc::AddressIndex index(gc::live_tensors(*model));
+    n = index.size();
+    benchmark::DoNotOptimize(n);
+  }
+  state.counters["tensors"] = static_cast<double>(n);
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AddressSnapshot)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// Resolving one interior pointer per tensor against the index.
+void BM_AddressResolve(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  auto model = synthetic(state.range(0), state.range(1));
+  const auto live = gc::live_tensors(*model);
+  const gc::AddressIndex index(live);
+  std::vector<gc::GraphRead> reads;
+  for (const auto& t : live) {
+    gc::GraphRead r;
+    r.address = static_cast<const std::byte*>(t.tensor.data_ptr()) + t.tensor.nbytes() / 2;
+    reads.push_back(r);
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(gc::resolve_reads(reads, index).size());
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(reads.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AddressResolve)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// ---- emulated replay vs eager -----------------------------------------------------------------
+
+// Every registered fixture at its default config, dummy-loaded, at batch size 4: the time of a
+// replay (inputs written into the static buffers) over the time of an eager forward, measured
+// alternately in the same loop.
+void BM_ReplayVsEager(benchmark::State& state, const std::string& fixture) {
+  gc::set_intra_op_threads(1);
+  torch::NoGradGuard no_grad;
+  std::unique_ptr<gc::LifecycleModel> model;
+  std::unique_ptr<gc::CapturedGraph> graph;
+  gc::TensorList inputs;
+  auto backend = gc::make_backend("emulated").backend;
+  try {
+    model = gc::ModelRegistry::get().find(fixture)->factory(gc::ModelConfig{});
+    model->load_dummy_weights(1);
+    model->process_weights_after_loading();
+    inputs = model->make_inputs(4, 7);
+    model->forward_all(inputs);  // warm-up
+    graph = backend->capture(*model, inputs, 4);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  constexpr int kReps = 20;
+  double eager = 0, replay = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kReps; ++i) benchmark::DoNotOptimize(model->forward_all(inputs));
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kReps; ++i) {
+      for (std::size_t k = 0; k < inputs.size(); ++k) graph->static_inputs()[k].copy_(inputs[k]);
+      graph->replay();
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    eager += std::chrono::duration<double>(t1 - t0).count();
+    replay += std::chrono::duration<double>(t2 - t1).count();
+  }
+  state.counters["replay_over_eager"] = replay / eager;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Registered here, not in a static initialiser: the fixtures register themselves in theirs.
+  for (const auto& name : gc::ModelRegistry::get().names()) {
+    benchmark::RegisterBenchmark(("BM_ReplayVsEager/" + name).c_str(),
+                                 [name](benchmark::State& s) { BM_ReplayVsEager(s, name); })
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.3);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,229 @@
+// The whole lifecycle at realistic model sizes (issue 13), every figure a ratio against a
+// baseline measured in the same process:
+//  - BM_Lifecycle/<model>: one run without probes (the lifecycle alone), one with every probe,
+//    and the model's own eager work (construct, load, PWAL, a forward per batch size, for the
+//    initial load and each refit; the same checkpoints, streamed from memory). Counters:
+//    observe_over_lifecycle, <pass>_over_lifecycle for each disturbing pass, harness_over_eager.
+//  - BM_PeakRss/<model>: one run with every probe; the growth of the process's peak RSS over the
+//    model's own bytes (rss_over_model). ru_maxrss only grows, so bench/run.sh runs each in a
+//    process of its own (--benchmark_filter).
+//
+// Models: dsv4 grown through its config keys (GRAPHCHECK_BENCH_DSV4, default "32x1024":
+// layers x hidden) and the synthetic scale model (GRAPHCHECK_SCALE_TENSORS, default 10000;
+// GRAPHCHECK_SCALE_GIB, default 0.5). Extra dsv4 sizes for the growth curve: bench/run.sh --growth.
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/driver.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+#include "graphcheck/scenario.h"
+
+namespace gc = graphcheck;
+
+namespace {
+
+struct Model {
+  std::string name;
+  std::string fixture;
+  gc::ModelConfig config;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+Model dsv4(const std::string& shape) {
+  const auto x = shape.find('x');
+  Model m{"dsv4_" + shape, "dsv4", {}};
+  m.config.set("layers", std::stoll(shape.substr(0, x)));
+  m.config.set("hidden", std::stoll(shape.substr(x + 1)));
+  m.config.set("hc_mult", std::int64_t{4});
+  m.config.set("experts", std::int64_t{4});
+  m.config.set("intermediate", std::int64_t{256});
+  return m;
+}
+
+Model scale() {
+  const auto tensors = std::stoll(env_or("GRAPHCHECK_SCALE_TENSORS", "10000"));
+  const double gib = std::stod(env_or("GRAPHCHECK_SCALE_GIB", "0.5"));
+  Model m{fmt::format("synthetic_{}t", tensors), "synthetic", {}};
+  m.config.set("tensors", tensors);
+  m.config.set("bytes", static_cast<std::int64_t>(gib * (1ll << 30)));
+  m.config.set("depth", std::int64_t{8});
+  m.config.set("dtypes", std::string("float32,bfloat16,float16"));
+  return m;
+}
+
+std::vector<Model> models() {
+  std::vector<Model> out;
+  for (const auto& shape : {env_or("GRAPHCHECK_BENCH_DSV4", "32x1024")}) out.push_back(dsv4(shape));
+  if (const char* extra = std::getenv("GRAPHCHECK_BENCH_DSV4_GROWTH")) {
+    std::string list = extra;
+    for (std::size_t at = 0; at < list.size();) {
+      const auto comma = list.find(',', at);
+      const std::string shape = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      if (!shape.empty()) out.push_back(dsv4(shape));
+      at = comma == std::string::npos ? list.size() : comma + 1;
+    }
+  }
+  out.push_back(scale());
+  return out;
+}
+
+constexpr std::uint64_t kSeed = 21;
+const std::vector<std::int64_t> kBatchSizes = {1, 4};
+const std::vector<std::uint64_t> kRefitSeeds = {22, 23};
+
+gc::Scenario scenario(const Model& m, bool probes) {
+  gc::Scenario s;
+  s.name = m.name + (probes ? "" : "-noprobes");
+  s.file = "bench/lifecycle_bench.cpp";
+  s.fixture = m.fixture;
+  s.config = m.config;
+  s.seed = kSeed;
+  s.batch_sizes = kBatchSizes;
+  for (auto seed : kRefitSeeds) {
+    gc::RefitSpec r;
+    r.seed = seed;
+    s.cycles.push_back(r);
+  }
+  if (probes) s.checks = gc::ProbeRegistry::get().names();
+  return s;
+}
+
+gc::RunOptions options() {
+  gc::RunOptions o;
+  o.backend = "emulated";
+  o.work_dir = env_or("GRAPHCHECK_BENCH_WORK_DIR", "/tmp/graphcheck-bench");
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::unique_ptr<gc::LifecycleModel> construct(const Model& m) {
+  return gc::ModelRegistry::get().find(m.fixture)->factory(m.config);
+}
+
+// The model's own eager work on the scenario's checkpoints (synthesized beforehand, untimed).
+double eager_work_seconds(const Model& m) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<gc::NamedTensor>> checkpoints;
+  for (auto seed : std::vector<std::uint64_t>{kSeed, kRefitSeeds[0], kRefitSeeds[1]}) {
+    checkpoints.push_back(construct(m)->synthesize_checkpoint(seed));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = construct(m);
+  for (auto& checkpoint : checkpoints) {
+    gc::TensorListWeightStream stream(checkpoint, "memory");
+    model->load_weights(stream);
+    model->process_weights_after_loading();
+    for (auto b : kBatchSizes) benchmark::DoNotOptimize(model->forward_all(model->make_inputs(b, 5)));
+  }
+  return seconds_since(t0);
+}
+
+double pass_seconds(const gc::ScenarioRecord& r, const std::string& pass) {
+  for (const auto& m : r.measurements) {
+    if (m.tag == "gc/pass/" + pass + "/seconds") return m.value;
+  }
+  return -1;
+}
+
+bool passed(benchmark::State& state, const gc::ScenarioRecord& r) {
+  if (r.status == gc::Status::passed) return true;
+  state.SkipWithError(fmt::format("{}: {} {}", r.name, gc::to_string(r.status), r.reason).c_str());
+  return false;
+}
+
+void BM_Lifecycle(benchmark::State& state, const Model& m) {
+  gc::set_intra_op_threads(1);
+  for (auto _ : state) {
+    const double eager = eager_work_seconds(m);
+    auto t0 = std::chrono::steady_clock::now();
+    const auto bare = gc::run_scenario(scenario(m, false), options());
+    const double lifecycle = seconds_since(t0);
+    if (!passed(state, bare)) return;
+    t0 = std::chrono::steady_clock::now();
+    const auto full = gc::run_scenario(scenario(m, true), options());
+    const double harness = seconds_since(t0);
+    if (!passed(state, full)) return;
+    state.counters["eager_s"] = eager;
+    state.counters["lifecycle_s"] = lifecycle;
+    state.counters["harness_s"] = harness;
+    state.counters["harness_over_eager"] = harness / eager;
+    state.counters["lifecycle_over_eager"] = lifecycle / eager;
+    for (const char* pass : {"observe", "validate", "idempotence", "census", "poison", "coverage", "growth"}) {
+      const double s = pass_seconds(full, pass);
+      if (s >= 0) state.counters[std::string(pass) + "_over_lifecycle"] = s / lifecycle;
+    }
+  }
+}
+
+std::int64_t model_bytes(const Model& m) {
+  torch::NoGradGuard no_grad;
+  auto model = construct(m);
+  model->load_dummy_weights(1);
+  model->process_weights_after_loading();
+  std::set<const void*> seen;
+  std::int64_t bytes = 0;
+  for (const auto& t : gc::live_tensors(*model)) {
+    if (!t.tensor.defined() || !t.tensor.has_storage()) continue;
+    if (seen.insert(t.tensor.storage().data()).second) bytes += static_cast<std::int64_t>(t.tensor.storage().nbytes());
+  }
+  return bytes;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024;
+}
+
+void BM_PeakRss(benchmark::State& state, const Model& m) {
+  gc::set_intra_op_threads(1);
+  for (auto _ : state) {
+    const double before = peak_rss_bytes();
+    const auto full = gc::run_scenario(scenario(m, true), options());
+    const double peak = peak_rss_bytes();
+    if (!passed(state, full)) return;
+    const auto bytes = static_cast<double>(model_bytes(m));
+    state.counters["model_MB"] = bytes / 1e6;
+    state.counters["peak_growth_MB"] = (peak - before) / 1e6;
+    state.counters["rss_over_model"] = (peak - before) / bytes;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const Model& m : models()) {
+    benchmark::RegisterBenchmark(("BM_Lifecycle/" + m.name).c_str(),
+                                 [m](benchmark::State& s) { BM_Lifecycle(s, m); })
+        ->Unit(benchmark::kSecond)
+        ->Iterations(1)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("BM_PeakRss/" + m.name).c_str(),
+                                 [m](benchmark::State& s) { BM_PeakRss(s, m); })
+        ->Unit(benchmark::kSecond)
+        ->Iterations(1)
+        ->UseRealTime();
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

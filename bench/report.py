@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Merges the benchmark results of bench/run.sh into one JSON file and prints one table: each
+ratio (two figures measured in the same run), its target, met or missed.
+
+Usage: bench/report.py <results dir> <bench.json>
+"""
+import glob
+import json
+import os
+import sys
+
+MIB = 1 << 20
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def main(results_dir, out_path):
+    runs = {}
+    benchmarks = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
+        data = load(path)
+        runs[os.path.basename(path)] = data.get("context", {})
+        for b in data.get("benchmarks", []):
+            b["file"] = os.path.basename(path)
+            benchmarks.append(b)
+    by_name = {b["name"]: b for b in benchmarks}
+    rows = []  # (group, what, value, unit, target text, met)
+
+    def add(group, what, value, target, op, unit="x"):
+        if value is None:
+            rows.append((group, what, None, unit, f"{op} {target}", None))
+            return
+        met = value >= target if op == ">=" else value <= target
+        rows.append((group, what, value, unit, f"{op} {target}", met))
+
+    def rate(name):
+        b = by_name.get(name)
+        if b is None or b.get("error_occurred"):
+            return None
+        return b.get("bytes_per_second")
+
+    # Scans vs memcpy, from 64 MiB up (smaller sizes sit in the caches).
+    sizes = sorted({int(b["name"].split("/")[1]) for b in benchmarks if b["name"].startswith("BM_Memcpy/")})
+    for mib in sizes:
+        base = rate(f"BM_Memcpy/{mib}")
+        if base is None:
+            continue
+        target = mib >= 64
+        for label, name in [
+            ("fingerprint", f"BM_Fingerprint/{mib}"),
+            ("fingerprint, transposed view", f"BM_FingerprintTransposed/{mib}"),
+            ("poison fill", f"BM_PoisonFill/{mib}"),
+            ("poison scan, no expected value", f"BM_PoisonScanNoExpected/{mib}"),
+            ("poison scan vs expected, float32", f"BM_PoisonScan/{mib}/0"),
+            ("poison scan vs expected, bfloat16", f"BM_PoisonScan/{mib}/1"),
+            ("poison scan vs expected, uint8", f"BM_PoisonScan/{mib}/2"),
+        ]:
+            r = rate(name)
+            if r is None:
+                continue
+            if target:
+                add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.8, ">=")
+            else:
+                rows.append(("scans vs memcpy", f"{label}, {mib} MiB (in cache)", r / base, "x", "-", None))
+
+    # Addresses: ns per tensor, and linearity (ns per tensor at the largest count / at 1000).
+    for kind in ("AddressSnapshot", "AddressResolve"):
+        per = {}
+        for b in benchmarks:
+            if b["name"].startswith(f"BM_{kind}/") and "ns_per_tensor" in b:
+                _, n, depth = b["name"].split("/")[:3]
+                per[(int(n), int(depth))] = b["ns_per_tensor"]
+        for (n, depth), ns in sorted(per.items()):
+            add(f"{kind.lower()} (ns per tensor)", f"{n} tensors, depth {depth}", ns, 1000, "<=", "ns")
+        for depth in sorted({d for _, d in per}):
+            counts = sorted(n for n, d in per if d == depth)
+            if 1000 in counts and counts[-1] > 1000:
+                add(f"{kind.lower()} (ns per tensor)", f"linearity: {counts[-1]} vs 1000 tensors, depth {depth}",
+                    per[(counts[-1], depth)] / per[(1000, depth)], 1.5, "<=")
+
+    for b in benchmarks:
+        if b["name"].startswith("BM_ReplayVsEager/"):
+            fixture = b["name"].split("/", 1)[1]
+            if b.get("error_occurred"):
+                rows.append(("emulated replay vs eager", fixture, None, "x", "<= 1.2", None))
+            else:
+                add("emulated replay vs eager", fixture, b["replay_over_eager"], 1.2, "<=")
+
+    for b in benchmarks:
+        if b["name"].startswith("BM_Lifecycle/"):
+            model = b["name"].split("/", 1)[1]
+            if b.get("error_occurred"):
+                rows.append(("lifecycle", f"{model}: {b.get('error_message', 'error')}", None, "x", "-", None))
+                continue
+            add("lifecycle", f"{model}: observe pass vs the lifecycle without probes",
+                b.get("observe_over_lifecycle"), 1.5, "<=")
+            for key in sorted(b):
+                if key.endswith("_over_lifecycle") and not key.startswith("observe"):
+                    add("lifecycle", f"{model}: {key[:-len('_over_lifecycle')]} pass vs the lifecycle it repeats",
+                        b[key], 1.5, "<=")
+            add("lifecycle", f"{model}: harness (every probe) vs the model's own eager work",
+                b.get("harness_over_eager"), 3, "<=")
+            rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}, lifecycle "
+                         f"{b['lifecycle_s']:.2f}, every probe {b['harness_s']:.2f}", None, "", "-", None))
+        if b["name"].startswith("BM_PeakRss/"):
+            model = b["name"].split("/", 1)[1]
+            if b.get("error_occurred"):
+                rows.append(("memory", f"{model}: {b.get('error_message', 'error')}", None, "x", "-", None))
+                continue
+            add("memory", f"{model}: peak RSS growth ({b['peak_growth_MB']:.0f} MB) vs the model's bytes "
+                f"({b['model_MB']:.0f} MB)", b["rss_over_model"], 3, "<=")
+
+    timings = os.path.join(results_dir, "suite-times.txt")
+    suite = {}
+    if os.path.exists(timings):
+        for line in open(timings):
+            cmd, threads, ms = line.split()
+            suite[(cmd, threads)] = int(ms) / 1000
+    for (cmd, threads), seconds in sorted(suite.items()):
+        what = "suite (graphcheck run scenarios/)" if cmd == "run" else "kill matrix (graphcheck mutants scenarios/)"
+        cap = "--threads 1" if threads == "1" else "--threads 0 (one per core)"
+        add("wall time", f"{what}, {cap}", seconds, 60 if cmd == "run" else 300, "<=", "s")
+    for cmd in ("run", "mutants"):
+        if (cmd, "1") in suite and (cmd, "0") in suite:
+            rows.append(("wall time", f"{cmd}: uncapped vs capped", suite[(cmd, "0")] / suite[(cmd, "1")], "x", "-", None))
+
+    with open(out_path, "w") as f:
+        json.dump({"runs": runs, "benchmarks": benchmarks,
+                   "ratios": [{"group": g, "what": w, "value": v, "unit": u, "target": t, "met": m}
+                              for g, w, v, u, t, m in rows]}, f, indent=1)
+
+    width = max(len(w) for _, w, *_ in rows) if rows else 10
+    group = None
+    missed = 0
+    for g, w, v, u, t, m in rows:
+        if g != group:
+            print(f"\n{g}")
+            group = g
+        value = "-" if v is None else f"{v:.3g}{'' if u == 'x' else ' ' + u}" if u != "x" else f"{v:.3g}x"
+        verdict = "" if m is None and t == "-" else ("met" if m else "MISSED" if m is not None else "no result")
+        if m is False or (m is None and t != "-"):
+            missed += 1
+        print(f"  {w:<{width}}  {value:>10}  {t:>8}  {verdict}")
+    print(f"\n{len([r for r in rows if r[5] is not None])} ratios with a target, {missed} missed or without a result; "
+          f"all figures in {out_path}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,121 @@
+#include "byte_scan.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace graphcheck::scan {
+namespace {
+
+template <class U>
+U pattern_of(std::uint8_t byte) {
+  U p;
+  std::memset(&p, byte, sizeof(U));
+  return p;
+}
+
+// Counts in blocks with a counter as wide as the element, so that the compare-and-add loop
+// vectorises without widening; the block fits the counter (255 for bytes).
+template <class U>
+std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
+  constexpr std::int64_t kBlock = sizeof(U) == 1 ? 255 : 1 << 15;
+  std::int64_t total = 0;
+  for (std::int64_t at = 0; at < n; at += kBlock) {
+    const std::int64_t end = std::min(n, at + kBlock);
+    U c = 0;
+    if (e != nullptr) {
+      for (std::int64_t i = at; i < end; ++i) c += static_cast<U>((a[i] == p) & (e[i] != p));
+    } else {
+      for (std::int64_t i = at; i < end; ++i) c += static_cast<U>(a[i] == p);
+    }
+    total += c;
+  }
+  return total;
+}
+
+template <class U>
+std::int64_t first_typed(const U* a, const U* e, std::int64_t n, U p) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (a[i] == p && (e == nullptr || e[i] != p)) return i;
+  }
+  return -1;
+}
+
+template <class U>
+void mask_typed(const U* a, const U* e, std::int64_t n, U p, bool* out) {
+  if (e != nullptr) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = (a[i] == p) & (e[i] != p);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] == p;
+  }
+}
+
+// Elements of another width (complex, 16 bytes): byte by byte.
+bool all_bytes(const std::uint8_t* p, std::size_t bytes, std::uint8_t byte) {
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if (p[i] != byte) return false;
+  }
+  return true;
+}
+
+bool generic_match(const std::uint8_t* a, const std::uint8_t* e, std::int64_t i, std::size_t size,
+                   std::uint8_t byte) {
+  const std::size_t at = static_cast<std::size_t>(i) * size;
+  return all_bytes(a + at, size, byte) && (e == nullptr || !all_bytes(e + at, size, byte));
+}
+
+template <class F>
+auto dispatch(std::size_t element_size, F&& f) {
+  switch (element_size) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    case 8: return f(std::uint64_t{});
+    default: return f(nullptr);
+  }
+}
+
+}  // namespace
+
+std::int64_t count_pattern(const void* data, const void* expected, std::int64_t n, std::size_t element_size,
+                           std::uint8_t byte, std::int64_t* first) {
+  if (first != nullptr) *first = -1;
+  if (n <= 0) return 0;
+  return dispatch(element_size, [&](auto tag) -> std::int64_t {
+    using U = decltype(tag);
+    if constexpr (std::is_same_v<U, std::nullptr_t>) {
+      const auto* a = static_cast<const std::uint8_t*>(data);
+      const auto* e = static_cast<const std::uint8_t*>(expected);
+      std::int64_t count = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (!generic_match(a, e, i, element_size, byte)) continue;
+        if (count++ == 0 && first != nullptr) *first = i;
+      }
+      return count;
+    } else {
+      const U* a = static_cast<const U*>(data);
+      const U* e = static_cast<const U*>(expected);
+      const U p = pattern_of<U>(byte);
+      const std::int64_t count = count_typed(a, e, n, p);
+      if (count > 0 && first != nullptr) *first = first_typed(a, e, n, p);
+      return count;
+    }
+  });
+}
+
+void mask_pattern(const void* data, const void* expected, std::int64_t n, std::size_t element_size,
+                  std::uint8_t byte, bool* out) {
+  if (n <= 0) return;
+  dispatch(element_size, [&](auto tag) {
+    using U = decltype(tag);
+    if constexpr (std::is_same_v<U, std::nullptr_t>) {
+      const auto* a = static_cast<const std::uint8_t*>(data);
+      const auto* e = static_cast<const std::uint8_t*>(expected);
+      for (std::int64_t i = 0; i < n; ++i) out[i] = generic_match(a, e, i, element_size, byte);
+    } else {
+      mask_typed(static_cast<const U*>(data), static_cast<const U*>(expected), n, pattern_of<U>(byte), out);
+    }
+    return 0;
+  });
+}
+
+}  // namespace graphcheck::scan
