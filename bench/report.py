@@ -12,6 +12,11 @@ import sys
 MIB = 1 << 20
 
 
+def model_of(name):
+    """'BM_Lifecycle/dsv4_32x1024/iterations:1/real_time' -> 'dsv4_32x1024'."""
+    return name.split("/")[1]
+
+
 def load(path):
     with open(path) as f:
         return json.load(f)
@@ -83,7 +88,7 @@ def main(results_dir, out_path):
 
     for b in benchmarks:
         if b["name"].startswith("BM_ReplayVsEager/"):
-            fixture = b["name"].split("/", 1)[1]
+            fixture = model_of(b["name"])
             if b.get("error_occurred"):
                 rows.append(("emulated replay vs eager", fixture, None, "x", "<= 1.2", None))
             else:
@@ -91,7 +96,7 @@ def main(results_dir, out_path):
 
     for b in benchmarks:
         if b["name"].startswith("BM_Lifecycle/"):
-            model = b["name"].split("/", 1)[1]
+            model = model_of(b["name"])
             if b.get("error_occurred"):
                 rows.append(("lifecycle", f"{model}: {b.get('error_message', 'error')}", None, "x", "-", None))
                 continue
@@ -106,7 +111,7 @@ def main(results_dir, out_path):
             rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}, lifecycle "
                          f"{b['lifecycle_s']:.2f}, every probe {b['harness_s']:.2f}", None, "", "-", None))
         if b["name"].startswith("BM_PeakRss/"):
-            model = b["name"].split("/", 1)[1]
+            model = model_of(b["name"])
             if b.get("error_occurred"):
                 rows.append(("memory", f"{model}: {b.get('error_message', 'error')}", None, "x", "-", None))
                 continue

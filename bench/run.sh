@@ -50,9 +50,9 @@ run_bench() {  # binary filter json
 run_bench harness_bench . "$out/bench/harness.json"
 run_bench lifecycle_bench 'BM_Lifecycle/' "$out/bench/lifecycle.json"
 # Peak RSS only grows: one process per model.
-rss_models=$("$build/bench/lifecycle_bench" --benchmark_list_tests | sed -n 's|^BM_PeakRss/||p')
+rss_models=$("$build/bench/lifecycle_bench" --benchmark_list_tests | sed -n 's|^BM_PeakRss/\([^/]*\)/.*|\1|p')
 for m in $rss_models; do
-  run_bench lifecycle_bench "^BM_PeakRss/$m\$" "$out/bench/rss-$m.json"
+  run_bench lifecycle_bench "^BM_PeakRss/$m/" "$out/bench/rss-$m.json"
 done
 
 # The suite and the kill matrix, with the thread cap (--threads 1, the default) and without it

@@ -1,7 +1,7 @@
 #pragma once
 // Content fingerprints of tensors (xxHash XXH3-64 over the bytes, in logical order: the same for
-// the same values in any layout). A non-contiguous view is hashed a few rows at a time, without a
-// copy of its full size.
+// the same values in any layout). A view with gaps or overlaps is hashed a few rows at a time,
+// without a copy of its full size; a permuted dense view through one transposing copy.
 
 #include <torch/types.h>
 
