@@ -1,5 +1,6 @@
 #pragma once
-// Content fingerprints of tensors (xxHash XXH3-64 over the bytes, in logical order).
+// Content fingerprints of tensors (xxHash XXH3-64 over the bytes, in logical order; CUDA tensors
+// are hashed on the device with another 64-bit hash: compare fingerprints of one device only).
 
 #include <torch/types.h>
 

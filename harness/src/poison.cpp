@@ -2,6 +2,10 @@
 
 #include <torch/torch.h>
 
+#if GRAPHCHECK_HAS_CUDA
+#include "backends/cuda_tensor_ops.h"  // CUDA tensors: the harness's own kernels
+#endif
+
 namespace graphcheck {
 
 std::uint8_t poison_byte(c10::ScalarType dtype) {
@@ -31,6 +35,9 @@ void fill_poison(torch::Tensor t) {
   if (!t.defined() || t.numel() == 0) return;
   torch::NoGradGuard no_grad;
   const std::uint8_t byte = poison_byte(t.scalar_type());
+#if GRAPHCHECK_HAS_CUDA
+  if (t.is_cuda() && t.is_contiguous()) return cuda_ops::fill_bytes(t, byte);
+#endif
   if (t.is_contiguous()) {
     t.reshape({t.numel()}).view(torch::kUInt8).fill_(byte);
   } else {
@@ -44,6 +51,9 @@ void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
   if (storage.nbytes() == 0) return;
   torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(storage.device()));
   bytes.set_(storage, 0, {static_cast<std::int64_t>(storage.nbytes())}, {1});
+#if GRAPHCHECK_HAS_CUDA
+  if (bytes.is_cuda()) return cuda_ops::fill_bytes(bytes, byte);
+#endif
   bytes.fill_(byte);
 }
 
@@ -65,10 +75,25 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
   Survivors s;
   s.elements = t.numel();
   if (s.elements == 0) return s;
+  const bool nan = poison_is_nan(t.scalar_type());
+#if GRAPHCHECK_HAS_CUDA
+  if (t.is_cuda() && t.is_contiguous()) {
+    const bool with_expected = comparable(t, expected);
+    const cuda_ops::ScanResult r =
+        cuda_ops::scan_poison(t, with_expected ? expected : torch::Tensor(), poison_byte(t.scalar_type()));
+    s.count = r.count;
+    s.first = r.first;
+    if (!with_expected && !nan && s.count != s.elements) s.count = 0, s.first = -1;
+    s.basis = with_expected ? "elements holding the poison where the expected value does not"
+              : nan         ? "elements holding the poison pattern (NaN)"
+                            : "no expected value to compare with: counted only when every element kept the sentinel";
+    return s;
+  }
+#endif
   const torch::Tensor mask = survivor_mask(t, expected);
   if (comparable(t, expected)) {
     s.basis = "elements holding the poison where the expected value does not";
-  } else if (poison_is_nan(t.scalar_type())) {
+  } else if (nan) {
     s.basis = "elements holding the poison pattern (NaN)";
   } else {
     s.basis = "no expected value to compare with: counted only when every element kept the sentinel";
