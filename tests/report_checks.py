@@ -151,6 +151,9 @@ def normalise(text, replacements):
     text = re.sub(r"`(gcc|clang) [0-9.]+`", "`<compiler>`", text)
     text = re.sub(r"libtorch `[0-9.]+`", "libtorch `<version>`", text)
     text = re.sub(r"cuda_build `\w+`", "cuda_build `<yes|no>`", text)
+    # Why auto did not pick cuda depends on the build and the machine (no CUDA libtorch, no device).
+    text = re.sub(r"\(auto: [^`]*, so the emulated backend \(CPU\) runs\)",
+                  "(auto: <why not cuda>, so the emulated backend (CPU) runs)", text)
     text = re.sub(r"graphcheck `[0-9.]+`", "graphcheck `<version>`", text)
     return text
 

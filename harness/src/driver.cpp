@@ -359,7 +359,13 @@ class PassRun final : public RunContext, public PassControl {
   // ---- PassControl --------------------------------------------------------------------------
   [[nodiscard]] LifecycleModel& model() override { return *m_model; }
   [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) override {
-    return call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
+    TensorList inputs =
+        call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
+    const c10::Device device = backend().device();  // the model's inputs live with the model
+    if (!device.is_cpu()) {
+      for (auto& t : inputs) t = t.to(device);
+    }
+    return inputs;
   }
   // Copies: a model may return a preallocated output buffer that its next forward overwrites.
   [[nodiscard]] TensorList eager(const TensorList& inputs) override {
@@ -601,6 +607,7 @@ class Driver final : public HookSink {
       tensors = call_model(pass.phase(), "synthesize_checkpoint()",
                            [&] { return fresh->synthesize_checkpoint(seed); });
     }
+    for (auto& t : tensors) t.tensor = t.tensor.cpu();  // a model on the GPU synthesizes there
     std::error_code ec;
     fs::create_directories(m_work_dir, ec);
     if (ec) {
@@ -738,6 +745,16 @@ class Driver final : public HookSink {
     }
     m_current = nullptr;
     close_span(span);
+    for (BackendMeasurement& b : m_backend->take_measurements()) {
+      Measurement bm;
+      bm.tag = std::move(b.tag);
+      bm.value = b.value;
+      bm.unit = std::move(b.unit);
+      bm.phase = std::move(b.phase);
+      bm.batch_size = b.batch_size;
+      bm.pass = to_string(pass);
+      m_record.measurements.push_back(std::move(bm));
+    }
     Measurement m;
     m.tag = fmt::format("gc/pass/{}/seconds", to_string(pass));
     m.value = std::chrono::duration<double>(Clock::now() - start).count();
@@ -1472,6 +1489,15 @@ std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const cha
         config.where(unused.front()), unused.front(), s.fixture));
   }
   freeze(*model);
+  // The backend's device (CUDA on the cuda backend): parameters and buffers move in place
+  // (set_data), so tensor attributes keyed by identity survive.
+  const c10::Device device = m_driver.backend().device();
+  if (!device.is_cpu()) {
+    call_model(Phase::construct, what, [&] {
+      model->module().to(device);
+      return 0;
+    });
+  }
   return model;
 }
 

@@ -6,6 +6,10 @@
 #include <memory>
 #include <vector>
 
+#if GRAPHCHECK_HAS_CUDA
+#include "backends/cuda_tensor_ops.h"  // CUDA tensors: hashed on the device
+#endif
+
 namespace graphcheck {
 namespace {
 
@@ -27,6 +31,9 @@ constexpr std::int64_t kChunkBytes = 1 << 20;
 
 std::uint64_t fingerprint(const torch::Tensor& tensor) {
   if (!tensor.defined()) return 0;
+#if GRAPHCHECK_HAS_CUDA
+  if (tensor.is_cuda()) return cuda_ops::fingerprint(tensor);
+#endif
   const torch::Tensor t = tensor.device().is_cpu() ? tensor : tensor.to(torch::kCPU);
   if (t.nbytes() == 0) return XXH3_64bits(nullptr, 0);
   if (t.is_contiguous()) return XXH3_64bits(t.data_ptr(), t.nbytes());

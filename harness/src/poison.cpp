@@ -4,6 +4,10 @@
 
 #include "byte_scan.h"
 
+#if GRAPHCHECK_HAS_CUDA
+#include "backends/cuda_tensor_ops.h"  // CUDA tensors: the harness's own kernels
+#endif
+
 namespace graphcheck {
 
 std::uint8_t poison_byte(c10::ScalarType dtype) {
@@ -33,6 +37,9 @@ void fill_poison(torch::Tensor t) {
   if (!t.defined() || t.numel() == 0) return;
   torch::NoGradGuard no_grad;
   const std::uint8_t byte = poison_byte(t.scalar_type());
+#if GRAPHCHECK_HAS_CUDA
+  if (t.is_cuda() && t.is_contiguous()) return cuda_ops::fill_bytes(t, byte);
+#endif
   if (t.is_contiguous()) {
     t.reshape({t.numel()}).view(torch::kUInt8).fill_(byte);
   } else {
@@ -46,6 +53,9 @@ void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
   if (storage.nbytes() == 0) return;
   torch::Tensor bytes = torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(storage.device()));
   bytes.set_(storage, 0, {static_cast<std::int64_t>(storage.nbytes())}, {1});
+#if GRAPHCHECK_HAS_CUDA
+  if (bytes.is_cuda()) return cuda_ops::fill_bytes(bytes, byte);
+#endif
   bytes.fill_(byte);
 }
 
@@ -92,6 +102,17 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
     s.basis = "no expected value to compare with: counted only when every element kept the sentinel";
   }
   if (s.elements == 0) return s;
+#if GRAPHCHECK_HAS_CUDA
+  if (t.is_cuda() && t.is_contiguous()) {
+    const bool with_expected = comparable(t, expected);
+    const cuda_ops::ScanResult r =
+        cuda_ops::scan_poison(t, with_expected ? expected : torch::Tensor(), poison_byte(t.scalar_type()));
+    s.count = r.count;
+    s.first = r.first;
+    if (!with_expected && !poison_is_nan(t.scalar_type()) && s.count != s.elements) s.count = 0, s.first = -1;
+    return s;
+  }
+#endif
   const torch::Tensor a = dense_cpu(t);
   const torch::Tensor e = dense_expected(t, expected);
   s.count = scan::count_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(),

@@ -13,3 +13,16 @@
 #else
 #define GRAPHCHECK_HAS_FLOAT8_E8M0 0
 #endif
+
+// CUDAGraph(keep_graph=true) keeps the captured cudaGraph_t after capture_end() (raw_cuda_graph(),
+// an explicit instantiate()) from libtorch 2.11; before it the pointer audit reads the graph
+// from the capture stream (cudaStreamGetCaptureInfo) before capture_end().
+#if GRAPHCHECK_TORCH_AT_LEAST(2, 11)
+#define GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH 1
+#else
+#define GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH 0
+#endif
+
+// PyTorch's check_input_liveness (2.14) is Python only (a TorchDispatchMode in
+// torch.utils._cuda_debug); the cuda backend carries a C++ counterpart of it in every version
+// (Note [Input liveness] in backends/cuda_backend.cpp).

@@ -6,6 +6,7 @@
 // graph keeps the storages it reads alive (a CUDA graph does not). The driver resolves reads
 // against the live tensors (interior pointer -> tensor + offset).
 
+#include <c10/core/Device.h>
 #include <c10/core/Storage.h>
 #include <torch/types.h>
 
@@ -48,8 +49,8 @@ class CapturedGraph {
   [[nodiscard]] virtual const std::vector<GraphRead>& reads() const = 0;
 };
 
-// Memory as the backend's allocator sees it: the CPU's counting allocator, or (later) the CUDA
-// caching allocator's device stats.
+// Memory as the backend's allocator sees it: the CPU's counting allocator, or the CUDA caching
+// allocator's device stats.
 class MemoryMeter {
  public:
   virtual ~MemoryMeter() = default;
@@ -67,10 +68,25 @@ class MemoryMeter {
   virtual void reset_peak() = 0;
 };
 
+// A measurement a backend takes itself (GPU time from CUDA events, device memory, CUPTI counts,
+// the pointer audit's statistics). The driver drains them into the record after every pass.
+struct BackendMeasurement {
+  std::string tag;  // "gc/cuda/replay/gpu_seconds"
+  double value = 0;
+  std::string unit;
+  std::string phase;  // "warm-up", "capture", "replay"
+  std::int64_t batch_size = 0;
+};
+
 class GraphBackend {
  public:
   virtual ~GraphBackend() = default;
   [[nodiscard]] virtual std::string name() const = 0;
+  // Where models and inputs live for this backend: the driver moves each model it constructs
+  // (module().to(device)) and each input batch there. CPU for the emulated backend.
+  [[nodiscard]] virtual c10::Device device() const { return c10::Device(c10::kCPU); }
+  // Measurements taken since the last call (none by default).
+  [[nodiscard]] virtual std::vector<BackendMeasurement> take_measurements() { return {}; }
   // true: replay reproduces eager bit for bit on a correct model (the emulated backend), so the
   // tolerance is 0.
   [[nodiscard]] virtual bool exact() const = 0;

@@ -1,0 +1,28 @@
+#pragma once
+// The harness's work on CUDA tensors through its own kernels (kernels/harness_kernels.h): poison
+// fill and survivor scan, and the content fingerprint, on the device, without copying weights to
+// the host. Built only with GRAPHCHECK_HAS_CUDA; poison.cpp and fingerprint.cpp call these for
+// contiguous CUDA tensors.
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace graphcheck::cuda_ops {
+
+// Every byte of contiguous CUDA tensor `t` set to `byte`, on the current stream.
+void fill_bytes(const torch::Tensor& t, std::uint8_t byte);
+
+struct ScanResult {
+  std::int64_t count = 0;
+  std::int64_t first = -1;
+};
+// Elements of contiguous CUDA tensor `t` whose every byte is `byte`, not counting those whose
+// `expected` element (same shape and dtype, or undefined) is the pattern too.
+[[nodiscard]] ScanResult scan_poison(const torch::Tensor& t, const torch::Tensor& expected,
+                                     std::uint8_t byte);
+
+// The device content hash of a CUDA tensor's bytes in logical order.
+[[nodiscard]] std::uint64_t fingerprint(const torch::Tensor& t);
+
+}  // namespace graphcheck::cuda_ops

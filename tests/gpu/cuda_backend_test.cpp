@@ -1,0 +1,209 @@
+// The cuda backend, the pointer audit and the harness's CUDA kernels on a real device: every
+// scenario captured, refitted and replayed on the cuda backend; the audit's read set of each
+// graph against the emulated backend's (graph-pool intermediates are not reads in either); every
+// declared mutation caught on cuda by the probes its scenario declares; the quantized ops' CUDA
+// implementations against their CPU references; poison and fingerprint kernels against the CPU
+// code. Each test skips, with the reason, where no CUDA device is usable.
+
+#include "backends/cuda_backend.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "fingerprint.h"
+#include "graphcheck/driver.h"
+#include "graphcheck/probe.h"
+#include "graphcheck/scenario.h"
+#include "poison.h"
+#include "quant_ops.h"
+
+namespace graphcheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaAvailability a = cuda_availability();
+    if (!a.usable) GTEST_SKIP() << "no CUDA device, GPU test skipped: " << a.reason;
+  }
+};
+
+// ---- the quantized ops: CUDA implementations against the CPU references ----------------------
+
+using QuantOpsOnCuda = CudaDevice;
+
+TEST_F(QuantOpsOnCuda, Fp8BlockQuantizeMatchesTheCpuReference) {
+  torch::manual_seed(1);
+  const torch::Tensor w = torch::randn({80, 96}) * 3;
+  auto [q_cpu, s_cpu] = kernels::fp8_block_quantize(w, 32);
+  auto [q_gpu, s_gpu] = kernels::fp8_block_quantize(w.cuda(), 32);
+  EXPECT_TRUE(torch::allclose(s_gpu.cpu(), s_cpu, 1e-6, 0));
+  const torch::Tensor d_cpu = kernels::fp8_block_dequantize(q_cpu, s_cpu, 32);
+  const torch::Tensor d_gpu = kernels::fp8_block_dequantize(q_gpu, s_gpu, 32).cpu();
+  // Both round to nearest even: the same codes, at most one e4m3 step apart where they tie.
+  EXPECT_TRUE(torch::allclose(d_gpu, d_cpu, 0.0625, 1e-6)) << (d_gpu - d_cpu).abs().max();
+  // Dequantizing the same codes is exact.
+  EXPECT_TRUE(
+      torch::equal(kernels::fp8_block_dequantize(q_cpu.cuda(), s_cpu.cuda(), 32).cpu(), d_cpu));
+}
+
+TEST_F(QuantOpsOnCuda, Fp8BlockLinearMatchesTheCpuReference) {
+  torch::manual_seed(2);
+  const torch::Tensor w = torch::randn({64, 96});
+  const torch::Tensor x = torch::randn({4, 96});
+  auto [q, s] = kernels::fp8_block_quantize(w, 32);
+  const torch::Tensor cpu = kernels::fp8_block_linear(x, q, s, 32);
+  const torch::Tensor gpu = kernels::fp8_block_linear(x.cuda(), q.cuda(), s.cuda(), 32).cpu();
+  EXPECT_TRUE(torch::allclose(gpu, cpu, 1e-4, 1e-4)) << (gpu - cpu).abs().max();
+}
+
+TEST_F(QuantOpsOnCuda, Mxfp4QuantizeAndMoeMatchTheCpuReference) {
+  torch::manual_seed(3);
+  const torch::Tensor w13 = torch::randn({2, 64, 32}) * 0.5;  // [E, 2I, H]
+  const torch::Tensor w2 = torch::randn({2, 32, 32}) * 0.5;   // [E, H, I]
+  auto [p13, s13] = kernels::mxfp4_quantize(w13);
+  auto [p2, s2] = kernels::mxfp4_quantize(w2);
+  auto [gp13, gs13] = kernels::mxfp4_quantize(w13.cuda());
+  EXPECT_TRUE(torch::equal(gs13.cpu(), s13)) << "UE8M0 scales differ";
+  EXPECT_TRUE(torch::equal(gp13.cpu(), p13)) << "E2M1 codes differ";
+  EXPECT_TRUE(torch::equal(kernels::mxfp4_dequantize(p13.cuda(), s13.cuda()).cpu(),
+                           kernels::mxfp4_dequantize(p13, s13)));
+  const torch::Tensor x = torch::randn({3, 32});
+  const torch::Tensor gates = torch::softmax(torch::randn({3, 2}), 1);
+  const torch::Tensor cpu = kernels::mxfp4_moe(x, p13, s13, p2, s2, gates);
+  const torch::Tensor gpu =
+      kernels::mxfp4_moe(x.cuda(), p13.cuda(), s13.cuda(), p2.cuda(), s2.cuda(), gates.cuda())
+          .cpu();
+  EXPECT_TRUE(torch::allclose(gpu, cpu, 1e-4, 1e-4)) << (gpu - cpu).abs().max();
+}
+
+// ---- the harness's kernels: poison and fingerprint ------------------------------------------
+
+using HarnessKernelsOnCuda = CudaDevice;
+
+TEST_F(HarnessKernelsOnCuda, PoisonFillAndScanAgreeWithTheCpuCode) {
+  for (auto dtype :
+       {torch::kFloat32, torch::kBFloat16, torch::kFloat16, torch::kUInt8, torch::kFloat64}) {
+    torch::Tensor cpu = torch::zeros({1000}, dtype);
+    torch::Tensor gpu = cpu.cuda();
+    fill_poison(gpu);
+    fill_poison(cpu);
+    EXPECT_TRUE(torch::equal(gpu.cpu().view(torch::kUInt8), cpu.view(torch::kUInt8))) << dtype;
+    gpu.narrow(0, 0, 10).zero_();  // a partial load: 990 elements survive, the first at 10
+    cpu.narrow(0, 0, 10).zero_();
+    const torch::Tensor expected = torch::ones({1000}, dtype);
+    const Survivors g = count_survivors(gpu, expected.cuda());
+    const Survivors c = count_survivors(cpu, expected);
+    EXPECT_EQ(g.count, c.count) << dtype;
+    EXPECT_EQ(g.first, c.first) << dtype;
+    EXPECT_EQ(g.count, 990);
+    EXPECT_EQ(g.first, 10);
+    const Survivors g0 = count_survivors(gpu, torch::Tensor());
+    const Survivors c0 = count_survivors(cpu, torch::Tensor());
+    EXPECT_EQ(g0.count, c0.count) << dtype;  // sentinel dtypes: only when every element kept it
+  }
+}
+
+TEST_F(HarnessKernelsOnCuda, FingerprintDependsOnContentNotLayout) {
+  const torch::Tensor a = torch::arange(4096, torch::kFloat32).reshape({64, 64}).cuda();
+  const torch::Tensor b = a.t().contiguous().t();
+  EXPECT_EQ(fingerprint(a), fingerprint(b));
+  torch::Tensor c = a.clone();
+  c[5][7] = -1;
+  EXPECT_NE(fingerprint(a), fingerprint(c));
+  EXPECT_NE(fingerprint(a), fingerprint(a.narrow(0, 0, 63)));
+}
+
+// ---- every scenario on the cuda backend ----------------------------------------------------
+
+std::vector<std::string> scenario_files() {
+  try {
+    return collect_scenario_files({GRAPHCHECK_SCENARIO_DIR});
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = fs::path(info.param).stem().string();
+  std::replace_if(
+      name.begin(), name.end(),
+      [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+  return name;
+}
+
+// The names of every read of every graph the observe pass captured.
+class ReadNames final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "test_read_names"; }
+  void on_capture_end(RunContext&, const CaptureEvent& e) override {
+    for (const ResolvedRead& r : e.graph->reads)
+      names.insert(r.name.empty() ? "(undeclared)" : r.name);
+  }
+  std::set<std::string> names;
+};
+
+class ScenarioOnCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const CudaAvailability a = cuda_availability();
+    if (!a.usable) GTEST_SKIP() << "no CUDA device, GPU test skipped: " << a.reason;
+    scenario = parse_scenario_file(GetParam(), default_catalog());
+  }
+  RunOptions options(const std::string& backend, const std::string& tag) const {
+    RunOptions o;
+    o.backend = backend;
+    o.work_dir = (fs::path(GRAPHCHECK_GPU_WORK_DIR) / tag).string();
+    return o;
+  }
+  Scenario scenario;
+};
+
+std::string findings_of(const ScenarioRecord& r) {
+  std::string out = r.reason;
+  for (const Finding& f : r.findings) out += "\n  [" + f.probe + "] " + f.message;
+  return out;
+}
+
+TEST_P(ScenarioOnCuda, CaptureRefitReplayPasses) {
+  RunOptions o = options("cuda", "clean");
+  const ScenarioRecord r = run_scenario(scenario, o);
+  EXPECT_EQ(r.backend, "cuda");
+  EXPECT_EQ(r.status, Status::passed) << findings_of(r);
+}
+
+TEST_P(ScenarioOnCuda, AuditReadSetEqualsTheEmulatedOne) {
+  ReadNames on_cuda, emulated;
+  RunOptions c = options("cuda", "reads_cuda");
+  c.extra_probes = {&on_cuda};
+  RunOptions e = options("emulated", "reads_emulated");
+  e.extra_probes = {&emulated};
+  (void)run_scenario(scenario, c);
+  (void)run_scenario(scenario, e);
+  EXPECT_FALSE(on_cuda.names.empty()) << "the audit found no baked weight";
+  EXPECT_EQ(on_cuda.names, emulated.names);
+}
+
+TEST_P(ScenarioOnCuda, EveryMutationIsCaught) {
+  if (scenario.mutations.empty()) GTEST_SKIP() << scenario.name << " declares no mutation";
+  for (const auto& [mutation, probes] : scenario.mutations) {
+    RunOptions o = options("cuda", "mutation_" + mutation);
+    o.mutations = {mutation};
+    const ScenarioRecord r = run_scenario(scenario, o);
+    const MutationVerdict v = judge_mutation(r, mutation);
+    EXPECT_TRUE(v.missed.empty()) << mutation << " on " << scenario.name << " missed by "
+                                  << ::testing::PrintToString(v.missed) << findings_of(r);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, ScenarioOnCuda, ::testing::ValuesIn(scenario_files()),
+                         param_name);
+
+}  // namespace
+}  // namespace graphcheck
