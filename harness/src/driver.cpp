@@ -200,7 +200,12 @@ class RecordingStream final : public WeightStream {
                   Reread reread = {})
       : m_inner(inner), m_into(into), m_harness(harness), m_copy(copy), m_reread(std::move(reread)) {}
   std::optional<NamedTensor> next() override {
-    auto item = m_inner.next();
+    std::optional<NamedTensor> item;
+    {
+      // The checkpoint's tensors are the harness's memory, not the model's: the records keep them.
+      UncountedScope uncounted;
+      item = m_inner.next();
+    }
     if (item) {
       HarnessTime t(m_harness);
       UncountedScope uncounted;  // the harness's copy, not the model's memory
@@ -208,8 +213,9 @@ class RecordingStream final : public WeightStream {
       if (!m_copy && r.item.tensor.defined()) {
         r.version = version_of(r.item.tensor);
         r.print = fingerprint(r.item.tensor);
-        // References now: ours, the item the loader gets, and the source's own, if any.
-        r.refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
+        // Other tensors on its storage now (the source's views, if any): a loader that keeps a view
+        // or rebinds a parameter onto it (set_data) adds one.
+        r.storage_refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
       }
       m_recorded.push_back(std::move(r));
       m_seen.insert(item->name);
@@ -229,7 +235,10 @@ class RecordingStream final : public WeightStream {
       torch::Tensor& tensor = r.item.tensor;
       if (!m_copy && tensor.defined()) {
         const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
-        const bool kept = tensor.has_storage() && tensor.storage().use_count() >= r.refs;
+        // Kept: a handle to the same tensor besides ours (the loader stored the item), or another
+        // tensor on its storage (a view, a parameter rebound onto it).
+        const bool kept = tensor.use_count() > 1 ||
+                          (tensor.has_storage() && tensor.storage().use_count() > r.storage_refs);
         if (written && m_reread) {
           tensor = m_reread(r.item.name);
         } else if (written || kept) {
@@ -248,7 +257,7 @@ class RecordingStream final : public WeightStream {
     NamedTensor item;
     std::int64_t version = 0;
     std::uint64_t print = 0;
-    std::size_t refs = 0;
+    std::size_t storage_refs = 0;
   };
   static std::int64_t version_of(const torch::Tensor& t) {
     try {
@@ -607,7 +616,9 @@ class Driver final : public HookSink {
       tensors = call_model(pass.phase(), "synthesize_checkpoint()",
                            [&] { return fresh->synthesize_checkpoint(seed); });
     }
-    for (auto& t : tensors) t.tensor = t.tensor.cpu();  // a model on the GPU synthesizes there
+    for (auto& t : tensors) {
+      if (t.tensor.defined()) t.tensor = t.tensor.cpu();  // a model on the GPU synthesizes there
+    }
     std::error_code ec;
     fs::create_directories(m_work_dir, ec);
     if (ec) {

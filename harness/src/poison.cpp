@@ -103,7 +103,8 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
   }
   if (s.elements == 0) return s;
 #if GRAPHCHECK_HAS_CUDA
-  if (t.is_cuda() && t.is_contiguous()) {
+  const auto width = t.element_size();
+  if (t.is_cuda() && t.is_contiguous() && (width == 1 || width == 2 || width == 4 || width == 8)) {
     const bool with_expected = comparable(t, expected);
     const cuda_ops::ScanResult r =
         cuda_ops::scan_poison(t, with_expected ? expected : torch::Tensor(), poison_byte(t.scalar_type()));
