@@ -443,14 +443,17 @@ class CudaBackend final : public GraphBackend {
       abandon(c);
       throw NotCapturable("forward must return at least one tensor to be captured");
     }
+    const auto end_capture = [&] {
+      try {
+        c.graph->capture_end();
+      } catch (const std::exception& e) {
+        abandon(c);
+        throw NotCapturable(
+            fmt::format("CUDA graph capture at batch size {} failed: {}", batch_size, e.what()));
+      }
+    };
 #if GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH
-    try {
-      c.graph->capture_end();
-    } catch (const std::exception& e) {
-      abandon(c);
-      throw NotCapturable(
-          fmt::format("CUDA graph capture at batch size {} failed: {}", batch_size, e.what()));
-    }
+    end_capture();
     if (m_audit && cuda_driver().missing.empty()) {
       c.audit = audit_cuda_graph(c.graph->raw_cuda_graph(), ranges(model, inputs));
     }
@@ -463,13 +466,7 @@ class CudaBackend final : public GraphBackend {
       if (status == cudaStreamCaptureStatusActive && g)
         c.audit = audit_cuda_graph(g, ranges(model, inputs));
     }
-    try {
-      c.graph->capture_end();
-    } catch (const std::exception& e) {
-      abandon(c);
-      throw NotCapturable(
-          fmt::format("CUDA graph capture at batch size {} failed: {}", batch_size, e.what()));
-    }
+    end_capture();
 #endif
     return c;
   }
