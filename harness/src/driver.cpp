@@ -1230,7 +1230,12 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   }
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
                          /*copy=*/source.tensors != nullptr, std::move(reread));
-  e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+  try {
+    e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+  } catch (...) {
+    (void)stream.finish();  // what was streamed before the failure stays on record
+    throw;
+  }
   e.streamed = stream.finish();
   check_loaded(stream.seen(), e.loaded, refit, e.source);
   end(&Probe::on_load_end, e);

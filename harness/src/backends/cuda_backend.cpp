@@ -262,6 +262,8 @@ class CudaGraph final : public CapturedGraph {
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(m_shared.device.index());
     cudaEvent_t ready = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    // Destroyed on every way out, a throwing CUDA call included.
+    const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> ready_owner(ready, &cudaEventDestroy);
     check_cuda(cudaEventRecord(ready, current.stream()), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(m_shared.stream.stream(), ready, 0), "cudaStreamWaitEvent");
     {
@@ -277,7 +279,6 @@ class CudaGraph final : public CapturedGraph {
     // Later work on the current stream (reading the outputs) waits for the replay.
     check_cuda(cudaEventRecord(ready, m_shared.stream.stream()), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(current.stream(), ready, 0), "cudaStreamWaitEvent");
-    cudaEventDestroy(ready);
   }
 
  private:
