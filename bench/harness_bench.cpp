@@ -9,7 +9,9 @@
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
 
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <cstdlib>

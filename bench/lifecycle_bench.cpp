@@ -15,7 +15,9 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <cstdlib>

@@ -1,7 +1,8 @@
 // CPU reference implementations of the quantized ops, and their registration (schemas + CPU).
 
 #include <torch/library.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 

@@ -1,7 +1,8 @@
 // The address-range resolver (DESIGN §2.3) and the replay tolerance (DESIGN §2.4).
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <fmt/format.h>
 

@@ -2,7 +2,8 @@
 // events in reverse), and model failures becoming failed checks.
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <filesystem>
 

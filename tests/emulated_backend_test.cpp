@@ -2,7 +2,9 @@
 // by replay, every kind of rebinding is not. See Note [Pinned constants].
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "address_index.h"
 #include "backends/emulated_backend.h"

@@ -2,7 +2,9 @@
 // stated next to each check.
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 

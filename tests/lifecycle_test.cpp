@@ -1,7 +1,8 @@
 // Unit tests for the pieces behind the hooks and memory probes and the dummy load format.
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <map>

@@ -1,7 +1,8 @@
 #include "graphcheck/checkpoint.h"
 
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include "torch_compat.h"
 

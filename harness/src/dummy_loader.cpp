@@ -1,7 +1,9 @@
 #include "dummy_loader.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "graphcheck/mutation.h"
 

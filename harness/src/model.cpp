@@ -3,7 +3,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <cstdio>

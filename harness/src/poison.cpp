@@ -1,6 +1,8 @@
 #include "poison.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "byte_scan.h"
 

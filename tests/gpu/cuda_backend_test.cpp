@@ -8,7 +8,9 @@
 #include "backends/cuda_backend.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -2,7 +2,9 @@
 // registered from static initialisers, loaded by the stock CLI with --plugin (issue 11).
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "graphcheck/hooks.h"
 #include "graphcheck/model.h"

@@ -259,9 +259,9 @@ class ModelRegistry {
 #define GRAPHCHECK_MODEL_CONCAT(a, b) GRAPHCHECK_MODEL_CONCAT_(a, b)
 // Registers a model factory under a name scenario files use (`model: {fixture: NAME}`).
 #define GRAPHCHECK_REGISTER_MODEL(name, factory)                                      \
-  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_registered_, __LINE__) = \
+  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_registered_, __COUNTER__) = \
       ::graphcheck::ModelRegistry::get().add(name, factory)
 // Its one-line description for `graphcheck list`: GRAPHCHECK_DESCRIBE_MODEL("my_model", "...").
 #define GRAPHCHECK_DESCRIBE_MODEL(name, description)                                   \
-  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_described_, __LINE__) = \
+  static const bool GRAPHCHECK_MODEL_CONCAT(graphcheck_model_described_, __COUNTER__) = \
       ::graphcheck::ModelRegistry::get().describe(name, description)

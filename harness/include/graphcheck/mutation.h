@@ -52,5 +52,5 @@ class Scope {
 #define GRAPHCHECK_MUTATION_CONCAT_(a, b) a##b
 #define GRAPHCHECK_MUTATION_CONCAT(a, b) GRAPHCHECK_MUTATION_CONCAT_(a, b)
 #define GRAPHCHECK_REGISTER_MUTATION(name, owner, description)                             \
-  static const bool GRAPHCHECK_MUTATION_CONCAT(graphcheck_mutation_registered_, __LINE__) = \
+  static const bool GRAPHCHECK_MUTATION_CONCAT(graphcheck_mutation_registered_, __COUNTER__) = \
       ::graphcheck::mutation::add(name, owner, description)

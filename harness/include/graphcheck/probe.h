@@ -337,13 +337,13 @@ class ProbeRegistry {
 #define GRAPHCHECK_PROBE_CONCAT(a, b) GRAPHCHECK_PROBE_CONCAT_(a, b)
 // An observer: runs in the observe pass only.
 #define GRAPHCHECK_REGISTER_PROBE(name, description, type)                            \
-  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __LINE__) = \
+  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __COUNTER__) = \
       ::graphcheck::ProbeRegistry::get().add(name, description,                       \
                                              [] { return std::make_unique<type>(); })
 // A probe that (also) runs in passes of its own: GRAPHCHECK_REGISTER_PROBE_IN("hooks", "...",
 // HooksProbe, ::graphcheck::Pass::observe, ::graphcheck::Pass::idempotence).
 #define GRAPHCHECK_REGISTER_PROBE_IN(name, description, type, ...)                        \
-  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __LINE__) =     \
+  static const bool GRAPHCHECK_PROBE_CONCAT(graphcheck_probe_registered_, __COUNTER__) =     \
       ::graphcheck::ProbeRegistry::get().add(name, description,                           \
                                              [] { return std::make_unique<type>(); }, \
                                              {__VA_ARGS__})

@@ -9,7 +9,9 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdlib>
 #include <map>
