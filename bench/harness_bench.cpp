@@ -8,6 +8,7 @@
 // Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <benchmark/benchmark.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -24,6 +25,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/driver.h"
 #include "poison.h"
+#include "synthetic_fill.h"
 
 namespace gc = graphcheck;
 
@@ -86,6 +88,32 @@ void BM_PoisonFill(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * t.nbytes());
 }
 BENCHMARK(BM_PoisonFill)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// Synthesized checkpoint values (LifecycleModel::synthesize_checkpoint's default fill) against
+// torch::randn from a seeded generator, the fill it replaced.
+void BM_SynthFill(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor t = random_floats(arg_bytes(state));
+  for (auto _ : state) {
+    gc::synth::fill_uniform(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()), gc::synth::stream_key(1, 0),
+                            0.05f);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_SynthFill)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+void BM_RandnFill(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor t = random_floats(arg_bytes(state));
+  torch::Generator gen = at::detail::createCPUGenerator(1);
+  for (auto _ : state) {
+    t.normal_(0.0, 0.03, gen);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_RandnFill)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
 // The refit case: a tensor that was poisoned and then (mostly) overwritten, scanned against the
 // value it should hold. Arg 1: dtype (0 float32, 1 bfloat16, 2 uint8 sentinel).

@@ -62,9 +62,14 @@ def main(results_dir, out_path):
             ("poison scan vs expected, float32", f"BM_PoisonScan/{mib}/0"),
             ("poison scan vs expected, bfloat16", f"BM_PoisonScan/{mib}/1"),
             ("poison scan vs expected, uint8", f"BM_PoisonScan/{mib}/2"),
+            ("synthesized checkpoint fill (no target)", f"BM_SynthFill/{mib}"),
+            ("torch normal_ fill, the fill it replaced (no target)", f"BM_RandnFill/{mib}"),
         ]:
             r = rate(name)
             if r is None:
+                continue
+            if "no target" in label:
+                rows.append(("scans vs memcpy", f"{label}, {mib} MiB", r / base, "x", "-", None))
                 continue
             if target:
                 add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.8, ">=")

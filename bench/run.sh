@@ -14,6 +14,8 @@
 #   GRAPHCHECK_BENCH_MAX_MIB  the largest scan size (default 1024; --quick: 64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/lib/cores.sh
+source ci/lib/cores.sh
 
 quick=0 growth=0
 for arg in "$@"; do
@@ -33,7 +35,7 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$build" --parallel "$(nproc)" --target harness_bench lifecycle_bench graphcheck
+cmake --build "$build" --parallel "$(cores)" --target harness_bench lifecycle_bench graphcheck
 
 export OMP_NUM_THREADS=1
 if ((quick)); then export GRAPHCHECK_BENCH_MAX_MIB=${GRAPHCHECK_BENCH_MAX_MIB:-64}; fi

@@ -13,6 +13,8 @@
 #   GRAPHCHECK_CUDA_TESTS=0     build only (the CPU suite takes as long as in the first CI stage)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/lib/cores.sh
+source ci/lib/cores.sh
 t0=$SECONDS
 me=ci/cuda-build.sh
 say() { printf '%s: %s\n' "$me" "$*"; }
@@ -65,7 +67,7 @@ cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${GRAPHCHECK_BU
   -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DCMAKE_PREFIX_PATH="$prefix" -DGRAPHCHECK_PYTHON="$py" \
   -DGRAPHCHECK_CUDA=ON -DCUDA_TOOLKIT_ROOT_DIR="$toolkit" -DCUDA_nvrtc_LIBRARY="$nvrtc" >/dev/null
-cmake --build "$build_dir" --parallel "$(nproc)"
+cmake --build "$build_dir" --parallel "$(cores)"
 build_seconds=$((SECONDS - t_build))
 
 # What was built, from ninja's dependency log: the objects nvcc compiled from .cu sources, and the
@@ -107,7 +109,7 @@ if [[ ${GRAPHCHECK_CUDA_TESTS:-1} != 0 ]]; then
     say "$bin (one process)"
     (cd "$build_dir/tests" && "./$bin" --gtest_brief=1)
   done
-  ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)" \
+  ctest --test-dir "$build_dir" --output-on-failure --parallel "$(cores)" \
     -R '^(e2e|adapter|hostile|reports)\.' \
     -E 'e2e\.mutants_all_caught|every_scenario_in_exactly_one_shard|suite_again_in_parallel|headless_chromium'
   say "CPU tests with the CUDA binaries passed in $((SECONDS - t_test)) s"

@@ -8,6 +8,8 @@
 # The example is copied out of the repository first, as an author's own project would be.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/lib/cores.sh
+source ci/lib/cores.sh
 build="${GRAPHCHECK_BUILD_DIR:-build}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -20,7 +22,7 @@ if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 cp -r examples/external_model "$tmp/src"
 cmake -S "$tmp/src" -B "$tmp/example" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$tmp/example" --parallel "$(nproc)"
+cmake --build "$tmp/example" --parallel "$(cores)"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 scenarios="$tmp/src/scenarios"
 plugin="$tmp/example/libexternal_models.so"

@@ -20,6 +20,8 @@
 #                               check that the bundle's headers and libraries are the ones used)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/lib/cores.sh
+source ci/lib/cores.sh
 me=ci/gpu-check.sh
 t0=$SECONDS
 out="${GRAPHCHECK_GPU_OUT:-reports/gpu-check}"
@@ -101,7 +103,7 @@ configure=(cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
 configure+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local")
 step configure 300 "${configure[@]}" || die "configure failed: see $out/configure.log"
 read -ra targets <<<"${GRAPHCHECK_GPU_TARGETS:-}"
-step build 420 cmake --build "$build_dir" --parallel "$(nproc)" ${targets[@]:+--target "${targets[@]}"} ||
+step build 420 cmake --build "$build_dir" --parallel "$(cores)" ${targets[@]:+--target "${targets[@]}"} ||
   die "build failed: see $out/build.log"
 if [[ ${GRAPHCHECK_GPU_ONLY_BUILD:-0} == 1 ]]; then
   say "built only (GRAPHCHECK_GPU_ONLY_BUILD=1) in $((SECONDS - t0)) s"

@@ -10,6 +10,8 @@
 #       in Chromium; they add no sanitizer coverage and run in the CPU build's stage of .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/lib/cores.sh
+source ci/lib/cores.sh
 bash ci/setup.sh
 build="${GRAPHCHECK_SANITIZE_BUILD_DIR:-build-asan}"
 generator=()
@@ -19,7 +21,7 @@ if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generat
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DGRAPHCHECK_SANITIZE=address,undefined \
   -DGRAPHCHECK_CUDA=OFF -DGRAPHCHECK_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build" --parallel "$(nproc)"
+cmake --build "$build" --parallel "$(cores)"
 
 supp="$PWD/ci/sanitizer"
 # The CLI sets exitcode=3 itself; the test executables get it here. A report halts the process.
@@ -27,7 +29,7 @@ export ASAN_OPTIONS="exitcode=3:detect_leaks=1:strict_string_checks=1:check_init
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="exitcode=3:halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-args=(--test-dir "$build" --output-on-failure --parallel "$(nproc)")
+args=(--test-dir "$build" --output-on-failure --parallel "$(cores)")
 if [[ -n ${GRAPHCHECK_SANITIZE_TESTS:-} ]]; then args+=(-R "$GRAPHCHECK_SANITIZE_TESTS"); fi
 exclude="${GRAPHCHECK_SANITIZE_EXCLUDE-every_scenario_in_exactly_one_shard|headless_chromium}"
 if [[ -n $exclude ]]; then args+=(-E "$exclude"); fi

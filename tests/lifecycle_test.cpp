@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "glob.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
+#include "synthetic_fill.h"
 
 namespace graphcheck {
 namespace {
@@ -96,6 +98,42 @@ TEST(ByteScan, CountsAcrossBlocks) {
   data[0] = 0;
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 100'000, 1, 0xFF), 99'999);
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 50'000, 2, 0xFF), 49'999);
+}
+
+TEST(SyntheticFill, SameKeySameValuesOtherKeyOtherValues) {
+  std::vector<float> a(1001), b(1001), c(1001);
+  synth::fill_uniform(a.data(), a.size(), synth::stream_key(7, 0), 1.0f);
+  synth::fill_uniform(b.data(), b.size(), synth::stream_key(7, 0), 1.0f);
+  synth::fill_uniform(c.data(), c.size(), synth::stream_key(7, 1), 1.0f);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(synth::stream_key(7, 0), synth::stream_key(8, 0));
+}
+
+TEST(SyntheticFill, UniformWithinItsHalfWidthWithTheMatchingSpread) {
+  const std::size_t n = 1'000'001;  // odd: the tail element too
+  std::vector<float> v(n);
+  synth::fill_uniform(v.data(), n, synth::stream_key(3, 5), 0.25f);
+  double sum = 0, sq = 0;
+  for (float x : v) {
+    ASSERT_GE(x, -0.25f);
+    ASSERT_LT(x, 0.25f);
+    sum += x;
+    sq += double(x) * x;
+  }
+  const double mean = sum / n, stddev = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 1e-3);
+  EXPECT_NEAR(stddev, 0.25 / std::sqrt(3.0), 1e-3);
+  EXPECT_NE(v[n - 1], 0.0f);
+}
+
+TEST(SyntheticFill, MaskedBytesCoverTheirRangeAndNoMore) {
+  std::vector<std::uint8_t> v(10'003);
+  synth::fill_masked_bytes(v.data(), v.size(), synth::stream_key(1, 2), 7);
+  std::vector<int> seen(256, 0);
+  for (auto x : v) ++seen[x];
+  for (int k = 0; k < 8; ++k) EXPECT_GT(seen[k], 1000) << k;
+  EXPECT_EQ(std::count(seen.begin() + 8, seen.end(), 0), 248);
 }
 
 TEST(Fingerprint, DependsOnContentNotLayout) {

@@ -1,7 +1,6 @@
 #include "graphcheck/model.h"
 #include "graphcheck/plugin.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "dummy_loader.h"
+#include "synthetic_fill.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -231,21 +231,28 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
 }
 
 std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t seed) {
-  torch::Generator gen = at::detail::createCPUGenerator(seed);
+  // Counter-based fills (synthetic_fill.h) instead of torch's generators: torch::randn on one
+  // thread filled ~0.15-0.3 GB/s, most of the harness's own cost on a large model (issue 13).
   std::vector<NamedTensor> out;
+  std::uint64_t index = 0;
   for (auto& e : checkpoint_layout(*this)) {
     const torch::Tensor& t = e.region;
-    auto options = torch::TensorOptions().dtype(torch::kFloat32);
-    torch::Tensor value;
     const auto dtype = t.scalar_type();
-    if (dtype == torch::kBool) {
-      value = torch::randint(0, 2, t.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
-    } else if (c10::isIntegralType(dtype, /*includeBool=*/false)) {
-      value = torch::randint(0, 8, t.sizes(), gen, options.dtype(torch::kInt64)).to(dtype);
+    const std::uint64_t key = synth::stream_key(seed, index++);
+    torch::Tensor value;
+    if (dtype == torch::kBool || c10::isIntegralType(dtype, /*includeBool=*/false)) {
+      torch::Tensor bytes = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kUInt8));
+      synth::fill_masked_bytes(bytes.data_ptr<std::uint8_t>(), static_cast<std::size_t>(bytes.numel()), key,
+                               dtype == torch::kBool ? 1 : 7);
+      value = bytes.to(dtype);
     } else {
-      // Scaled like an initialiser (std 1/sqrt(fan-in)) so that deep stacks stay finite.
+      // Scaled like an initialiser (std 1/sqrt(fan-in)) so that deep stacks stay finite; a
+      // uniform draw of half-width sqrt(3) * std has that std.
       const double std = t.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.size(-1))) : 0.5;
-      value = (torch::randn(t.sizes(), gen, options) * std).to(dtype);
+      torch::Tensor floats = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
+      synth::fill_uniform(floats.data_ptr<float>(), static_cast<std::size_t>(floats.numel()), key,
+                          static_cast<float>(std::sqrt(3.0) * std));
+      value = floats.to(dtype);
     }
     out.push_back({e.checkpoint, value.contiguous()});
   }

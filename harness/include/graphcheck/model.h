@@ -189,8 +189,9 @@ class LifecycleModel {
 
   // A full checkpoint, deterministic in `seed`, in the checkpoint layout (checkpoint names, see
   // checkpoint_mapping()). The default draws every tensor of checkpoint_layout() from a seeded
-  // normal distribution (std 1/sqrt(last dim) for matrices, 0.5 for vectors; integers: [0, 8)).
-  // Called on a freshly constructed model.
+  // uniform distribution with the spread of an initialiser (std 1/sqrt(last dim) for matrices,
+  // 0.5 for vectors; integers: [0, 8); booleans: either), computed in float32 and converted to
+  // the tensor's dtype. Called on a freshly constructed model.
   virtual std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed);
 
   // The hooks this model promises to run (GRAPHCHECK_HOOK announces each call).

@@ -1,0 +1,23 @@
+#pragma once
+// Fills for synthesized checkpoints (LifecycleModel::synthesize_checkpoint's default), at close to
+// memory speed (issue 13: torch::randn on one thread filled ~0.15-0.3 GB/s and dominated the
+// harness's cost on large models). Counter-based: element i of a stream depends only on the
+// stream's key and i (SplitMix64), so a fill needs no generator state, two fills with one key are
+// identical on every machine, and tensors keyed by their index do not depend on each other.
+// Torch-free, compiled at -O3.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace graphcheck::synth {
+
+// The key of the stream for tensor `index` of the checkpoint synthesized for `seed`.
+[[nodiscard]] std::uint64_t stream_key(std::uint64_t seed, std::uint64_t index);
+
+// `n` floats uniform in [-half_width, half_width) (standard deviation half_width / sqrt(3)).
+void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width);
+
+// `n` bytes uniform in [0, mask] for a mask of the form 2^k - 1 (1: booleans, 7: small integers).
+void fill_masked_bytes(std::uint8_t* out, std::size_t n, std::uint64_t key, std::uint8_t mask);
+
+}  // namespace graphcheck::synth
