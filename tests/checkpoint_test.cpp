@@ -355,9 +355,9 @@ TEST_F(CheckpointFileTest, MissingFileIsRejectedNamingTheFile) {
 
 // Parameter "w" [2, 3], persistent buffer "b" [3], non-persistent buffer "cache" [4], and a plain
 // member "derived" declared through extra_tensors().
-class TinyModel : public LifecycleModel {
+class TinyCheckpointModel : public LifecycleModel {
  public:
-  TinyModel() {
+  TinyCheckpointModel() {
     m_w = m_module.register_parameter("w", torch::zeros({2, 3}));  // requires_grad: true
     m_b = m_module.register_buffer("b", torch::zeros({3}));
     m_cache = m_module.register_buffer("cache", torch::full({4}, 7.0));
@@ -429,7 +429,7 @@ std::string mismatch_of(Load load) {
 }
 
 TEST_F(CheckpointFileTest, LoadModuleWeightsLoadsInPlace) {
-  TinyModel model;
+  TinyCheckpointModel model;
   const torch::Tensor w = torch::arange(6, torch::kFloat32).reshape({2, 3});
   const torch::Tensor b = torch::tensor({1.0f, 2.0f, 3.0f});
   const std::string path = path_of("tiny.safetensors");
@@ -450,7 +450,7 @@ TEST_F(CheckpointFileTest, LoadModuleWeightsLoadsInPlace) {
 }
 
 TEST(CheckpointModel, PartialStreamLoadsOnlyWhatItCarries) {
-  TinyModel model;
+  TinyCheckpointModel model;
   TensorListWeightStream stream({{"b", torch::tensor({4.0f, 5.0f, 6.0f})}}, "refit bucket");
   EXPECT_THAT(load_module_weights(model, stream), ElementsAre("b"));
   EXPECT_TRUE(torch::equal(model.m_b, torch::tensor({4.0f, 5.0f, 6.0f})));
@@ -458,7 +458,7 @@ TEST(CheckpointModel, PartialStreamLoadsOnlyWhatItCarries) {
 }
 
 TEST_F(CheckpointFileTest, UnknownNameIsAMismatchNamingTensorAndSource) {
-  TinyModel model;
+  TinyCheckpointModel model;
   const std::string path = path_of("unknown.safetensors");
   save_checkpoint(path, {{"w", torch::ones({2, 3})}, {"v", torch::ones({2, 3})}});
   SafetensorsWeightStream stream(path);
@@ -468,7 +468,7 @@ TEST_F(CheckpointFileTest, UnknownNameIsAMismatchNamingTensorAndSource) {
 }
 
 TEST(CheckpointModel, ShapeMismatchNamesTensorShapesAndSource) {
-  TinyModel model;
+  TinyCheckpointModel model;
   TensorListWeightStream stream({{"w", torch::ones({3, 2})}}, "stream 'shapes'");
   const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
   EXPECT_THAT(message, HasSubstr("stream 'shapes'"));
@@ -478,7 +478,7 @@ TEST(CheckpointModel, ShapeMismatchNamesTensorShapesAndSource) {
 }
 
 TEST(CheckpointModel, DtypeMismatchNamesTensorDtypesAndSource) {
-  TinyModel model;
+  TinyCheckpointModel model;
   TensorListWeightStream stream({{"w", torch::ones({2, 3}, torch::kFloat64)}}, "stream 'dtypes'");
   const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
   EXPECT_THAT(message, HasSubstr("stream 'dtypes'"));
@@ -488,7 +488,7 @@ TEST(CheckpointModel, DtypeMismatchNamesTensorDtypesAndSource) {
 }
 
 TEST(CheckpointModel, NonPersistentBufferInTheCheckpointIsRejected) {
-  TinyModel model;
+  TinyCheckpointModel model;
   TensorListWeightStream stream({{"cache", torch::zeros({4})}}, "stream 'np'");
   const std::string message = mismatch_of([&] { (void)load_module_weights(model, stream); });
   EXPECT_THAT(message, HasSubstr("stream 'np'"));
@@ -497,7 +497,7 @@ TEST(CheckpointModel, NonPersistentBufferInTheCheckpointIsRejected) {
 }
 
 TEST(CheckpointModel, CheckpointTensorsExcludeNonPersistentBuffers) {
-  TinyModel model;
+  TinyCheckpointModel model;
   const auto checkpoint = checkpoint_tensors(model);
   EXPECT_THAT(names_of(checkpoint), ElementsAre("w", "b"));
   EXPECT_TRUE(checkpoint[0].tensor.is_same(model.m_w));
@@ -510,7 +510,7 @@ TEST(CheckpointModel, CheckpointTensorsExcludeNonPersistentBuffers) {
 }
 
 TEST(CheckpointModel, WeightLoaderReplacesTheCopy) {
-  TinyModel model;
+  TinyCheckpointModel model;
   int calls = 0;
   const void* seen = nullptr;
   TensorAttrs attrs;
@@ -535,7 +535,7 @@ TEST(CheckpointModel, WeightLoaderReplacesTheCopy) {
 
 TEST(CheckpointModel, WeightLoaderMayConvertTheDtype) {
   // The dtype-mismatch message suggests "a weight_loader that converts": that must work.
-  TinyModel model;
+  TinyCheckpointModel model;
   TensorAttrs attrs;
   attrs.weight_loader = [](torch::Tensor& param, const torch::Tensor& loaded) {
     param.copy_(loaded.to(param.scalar_type()));
@@ -547,7 +547,7 @@ TEST(CheckpointModel, WeightLoaderMayConvertTheDtype) {
 }
 
 TEST(CheckpointTensorAttributes, KeyedByTensorIdentity) {
-  TinyModel model;
+  TinyCheckpointModel model;
   const TensorAttrs* cache = model.tensor_attributes().find(model.m_cache);
   ASSERT_NE(cache, nullptr);
   EXPECT_FALSE(cache->persistent);
@@ -570,7 +570,7 @@ TEST(CheckpointTensorAttributes, KeyedByTensorIdentity) {
 }
 
 TEST(CheckpointModel, SynthesizeCheckpointIsDeterministicInTheSeed) {
-  TinyModel model;
+  TinyCheckpointModel model;
   const auto a = model.synthesize_checkpoint(5);
   torch::manual_seed(99);  // the global generator must not matter
   (void)torch::randn({16});
