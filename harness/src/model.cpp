@@ -231,8 +231,8 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
 }
 
 std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t seed) {
-  // Counter-based fills (synthetic_fill.h) instead of torch's generators: torch::randn on one
-  // thread filled ~0.15-0.3 GB/s, most of the harness's own cost on a large model (issue 13).
+  // Counter-based fills (synthetic_fill.h) instead of torch's generators: randn, a scaling pass
+  // and a conversion were a large part of the harness's own cost on a large model (issue 13).
   std::vector<NamedTensor> out;
   std::uint64_t index = 0;
   for (auto& e : checkpoint_layout(*this)) {
