@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -231,6 +232,104 @@ TEST_F(CheckpointFileTest, NonContiguousTensorsAreSavedContiguous) {
   EXPECT_TRUE(torch::equal(loaded.at("narrowed"), narrowed));
   EXPECT_TRUE(torch::equal(loaded.at("transposed")[1],
                            torch::tensor({1.0f, 5.0f, 9.0f}, torch::kFloat32)));
+}
+
+// ---- StreamReads::mapped ------------------------------------------------------------------------
+
+TEST_F(CheckpointFileTest, MappedStreamYieldsTheFilesBytesWithoutACopy) {
+  std::vector<NamedTensor> tensors;
+  for (const auto& c : round_trip_cases()) tensors.push_back({std::string("t.") + c.header_name, sample(c.dtype)});
+  tensors.push_back({"empty", torch::zeros({0, 3}, torch::kFloat32)});
+  const std::string path = path_of("mapped.safetensors");
+  save_checkpoint(path, tensors);
+
+  SafetensorsWeightStream copies(path);
+  SafetensorsWeightStream mapped(path, {}, {}, StreamReads::mapped);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::optional<NamedTensor> copy = copies.next();
+    const std::optional<NamedTensor> view = mapped.next();
+    ASSERT_TRUE(copy && view);
+    SCOPED_TRACE(view->name);
+    EXPECT_EQ(view->name, copy->name);
+    EXPECT_EQ(view->tensor.scalar_type(), copy->tensor.scalar_type());
+    EXPECT_EQ(view->tensor.sizes(), copy->tensor.sizes());
+    EXPECT_TRUE(same_bytes(copy->tensor, view->tensor));
+    const st::TensorInfo* info = mapped.file().find(view->name);
+    ASSERT_NE(info, nullptr);
+    if (info->nbytes() > 0) {
+      // The view reads the map itself; the copy does not.
+      EXPECT_EQ(view->tensor.data_ptr(), static_cast<const void*>(mapped.file().data(*info)));
+      EXPECT_NE(copy->tensor.data_ptr(), static_cast<const void*>(copies.file().data(*copies.file().find(view->name))));
+    }
+  }
+  EXPECT_FALSE(mapped.next().has_value());
+}
+
+TEST_F(CheckpointFileTest, AWriteIntoAMappedTensorStaysPrivateAndTheTensorOutlivesItsStream) {
+  const torch::Tensor w = torch::arange(4096, torch::kFloat32);
+  const std::string path = path_of("cow.safetensors");
+  save_checkpoint(path, {{"w", w}});
+  const auto bytes_before = fs::file_size(path);
+  torch::Tensor kept;
+  {
+    SafetensorsWeightStream mapped(path, {}, {}, StreamReads::mapped);
+    kept = mapped.next()->tensor;
+    SafetensorsWeightStream other(path, {}, {}, StreamReads::mapped);
+    const torch::Tensor second = other.next()->tensor;
+    kept.mul_(2);  // a loader that scales what it is streamed
+    EXPECT_TRUE(torch::equal(second, w)) << "a write reached another map of the file";
+  }
+  // The streams are gone; the tensor keeps its map.
+  EXPECT_TRUE(torch::equal(kept, w * 2));
+  EXPECT_EQ(fs::file_size(path), bytes_before);
+  EXPECT_TRUE(torch::equal(drain(*std::make_unique<SafetensorsWeightStream>(path)).at("w"), w))
+      << "a write into a mapped tensor reached the file";
+}
+
+TEST_F(CheckpointFileTest, AMappedTensorTheFileDoesNotAlignIsCopied) {
+  // Written by hand: a 1-byte tensor first puts the float32 one at data offset 1.
+  const std::string header =
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  std::string image(8, '\0');
+  for (int i = 0; i < 8; ++i) image[static_cast<std::size_t>(i)] = static_cast<char>((padded.size() >> (8 * i)) & 0xff);
+  image += padded;
+  image += '\x07';
+  const float values[2] = {1.5f, -2.25f};
+  image.append(reinterpret_cast<const char*>(values), sizeof values);
+  const std::string path = path_of("unaligned.safetensors");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(image.data(), 1, image.size(), f), image.size());
+    std::fclose(f);
+  }
+  SafetensorsWeightStream mapped(path, {}, {}, StreamReads::mapped);
+  const auto a = mapped.next();
+  const auto b = mapped.next();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->tensor.item<std::uint8_t>(), 7);
+  EXPECT_EQ(a->tensor.data_ptr(), static_cast<const void*>(mapped.file().data(*mapped.file().find("a"))));
+  EXPECT_TRUE(torch::equal(b->tensor, torch::tensor({1.5f, -2.25f})));
+  EXPECT_NE(b->tensor.data_ptr(), static_cast<const void*>(mapped.file().data(*mapped.file().find("b"))))
+      << "a float32 view at an odd address";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b->tensor.data_ptr()) % alignof(float), 0u);
+}
+
+TEST_F(CheckpointFileTest, OnlyAMapOpenedCopyOnWriteHandsOutWritableBytes) {
+  const std::string path = path_of("ro.safetensors");
+  save_checkpoint(path, {{"w", torch::ones({4})}});
+  st::File read_only = st::File::open(path);
+  EXPECT_FALSE(read_only.writable());
+  try {
+    (void)read_only.mutable_data(read_only.tensors()[0]);
+    ADD_FAILURE() << "a read-only map handed out writable bytes";
+  } catch (const st::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("copy_on_write"));
+  }
+  st::File cow = st::File::open(path, st::Mapping::copy_on_write);
+  EXPECT_TRUE(cow.writable());
+  EXPECT_EQ(cow.mutable_data(cow.tensors()[0]), cow.data(cow.tensors()[0]));
 }
 
 TEST_F(CheckpointFileTest, OnlyStreamsTensorsMatchingAPrefix) {

@@ -95,24 +95,43 @@ bool matches_any_prefix(const std::string& name, const std::vector<std::string>&
   return false;
 }
 
+namespace {
+
+// A tensor over the map's bytes that keeps the map alive; a copy where the file does not align the
+// tensor to its element size.
+torch::Tensor mapped_tensor(const std::shared_ptr<st::File>& file, const st::TensorInfo& info) {
+  const c10::ScalarType dtype = to_scalar_type(info.dtype);
+  if (info.nbytes() == 0) return torch::empty(info.shape, torch::TensorOptions().dtype(dtype));
+  std::byte* data = file->mutable_data(info);
+  if (reinterpret_cast<std::uintptr_t>(data) % c10::elementSize(dtype) != 0) return read_tensor(*file, info);
+  return torch::from_blob(data, info.shape, [keep = file](void*) {}, torch::TensorOptions().dtype(dtype));
+}
+
+}  // namespace
+
 SafetensorsWeightStream::SafetensorsWeightStream(const std::string& path,
                                                  std::vector<std::string> only,
-                                                 std::set<std::string> names)
-    : m_file(st::File::open(path)), m_only(std::move(only)), m_names(std::move(names)) {}
+                                                 std::set<std::string> names, StreamReads reads)
+    : m_file(std::make_shared<st::File>(st::File::open(
+          path, reads == StreamReads::mapped ? st::Mapping::copy_on_write : st::Mapping::read_only))),
+      m_reads(reads),
+      m_only(std::move(only)),
+      m_names(std::move(names)) {}
 
 std::optional<NamedTensor> SafetensorsWeightStream::next() {
-  const auto& infos = m_file.tensors();
+  const auto& infos = m_file->tensors();
   while (m_next < infos.size()) {
     const auto& info = infos[m_next++];
     if (!matches_any_prefix(info.name, m_only)) continue;
     if (!m_names.empty() && !m_names.count(info.name)) continue;
-    return NamedTensor{info.name, read_tensor(m_file, info)};
+    return NamedTensor{info.name, m_reads == StreamReads::mapped ? mapped_tensor(m_file, info)
+                                                                 : read_tensor(*m_file, info)};
   }
   return std::nullopt;
 }
 
 std::string SafetensorsWeightStream::source() const {
-  return fmt::format("checkpoint '{}'", m_file.path());
+  return fmt::format("checkpoint '{}'", m_file->path());
 }
 
 std::optional<NamedTensor> TensorListWeightStream::next() {

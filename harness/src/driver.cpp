@@ -424,6 +424,10 @@ class PassRun final : public RunContext, public PassControl {
   struct LoadSource {
     std::string path;
     const std::vector<NamedTensor>* tensors = nullptr;
+    // A checkpoint this run wrote (checkpoint_for()), never rewritten in place: streamed as views
+    // of its copy-on-write map (StreamReads::mapped), not as copies. A user's file is copied, so
+    // that a rewrite of it during the run cannot fault a record.
+    bool generated = false;
   };
   void lifecycle();
   void run_cycles();
@@ -612,6 +616,7 @@ class Driver final : public HookSink {
                              const std::function<std::unique_ptr<LifecycleModel>()>& construct) {
     auto cached = m_checkpoints.find(seed);
     if (cached != m_checkpoints.end()) return cached->second;
+    const SpanScope span(*this, open_span(to_string(pass.pass()), "checkpoint synthesis", pass.cycle(), 0));
     std::vector<NamedTensor> tensors;
     {
       std::unique_ptr<LifecycleModel> fresh = construct();
@@ -665,6 +670,18 @@ class Driver final : public HookSink {
     Span& span = m_record.spans.at(index);
     span.seconds = std::chrono::duration<double>(Clock::now() - m_start).count() - span.start;
   }
+  // Closes a span on every way out.
+  class SpanScope {
+   public:
+    SpanScope(Driver& driver, std::size_t index) : m_driver(driver), m_index(index) {}
+    SpanScope(const SpanScope&) = delete;
+    SpanScope& operator=(const SpanScope&) = delete;
+    ~SpanScope() { m_driver.close_span(m_index); }
+
+   private:
+    Driver& m_driver;
+    std::size_t m_index;
+  };
 
  private:
   void setup() {
@@ -873,11 +890,13 @@ void PassRun::lifecycle() {
       pwal();
     }
   } else {
-    const std::string path =
+    const LoadSource source =
         s.checkpoint.empty()
-            ? m_driver.checkpoint_for(m_driver.seed(), *this, [&] { return construct_quiet("checkpoint synthesis"); })
-            : s.checkpoint;
-    load(/*refit=*/false, LoadSource{path}, CycleStep::Bucket{});
+            ? LoadSource{m_driver.checkpoint_for(m_driver.seed(), *this,
+                                                 [&] { return construct_quiet("checkpoint synthesis"); }),
+                         nullptr, /*generated=*/true}
+            : LoadSource{s.checkpoint};
+    load(/*refit=*/false, source, CycleStep::Bucket{});
     pwal();
   }
 
@@ -1032,7 +1051,8 @@ void PassRun::sweep(const RefitSpec& spec) {
 
 PassRun::LoadSource PassRun::source_for(const CycleStep& step) {
   if (!step.held_weights) {
-    return LoadSource{m_driver.checkpoint_for(step.seed, *this, [&] { return construct_quiet("checkpoint synthesis"); })};
+    return LoadSource{m_driver.checkpoint_for(step.seed, *this, [&] { return construct_quiet("checkpoint synthesis"); }),
+                      nullptr, /*generated=*/true};
   }
   // What A holds: every refit so far over the initial checkpoint, in the checkpoint layout.
   HarnessTime t(m_harness_seconds);
@@ -1200,7 +1220,8 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   } else {
     std::unique_ptr<SafetensorsWeightStream> file;
     try {
-      file = std::make_unique<SafetensorsWeightStream>(source.path, bucket.only, bucket.names);
+      file = std::make_unique<SafetensorsWeightStream>(source.path, bucket.only, bucket.names,
+                                                       source.generated ? StreamReads::mapped : StreamReads::copies);
     } catch (const safetensors::Error& e) {
       throw UserError(e.what());
     }
@@ -1432,6 +1453,7 @@ void PassRun::replay_all() {
 LifecycleModel& PassRun::reference_model() {
   if (!m_reference || m_reference_cycle != m_cycle) {
     HarnessTime t(m_harness_seconds);
+    const Driver::SpanScope span(m_driver, open_span("model B", m_cycle, 0));
     m_reference.reset();
     m_reference = build_loaded("reference model");
     m_reference_cycle = m_cycle;

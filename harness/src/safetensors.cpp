@@ -421,6 +421,7 @@ File::File(File&& other) noexcept
       m_metadata(std::move(other.m_metadata)),
       m_map(std::exchange(other.m_map, nullptr)),
       m_mapped(std::exchange(other.m_mapped, false)),
+      m_writable(std::exchange(other.m_writable, false)),
       m_file_size(std::exchange(other.m_file_size, 0)),
       m_data_offset(std::exchange(other.m_data_offset, 0)) {}
 
@@ -434,6 +435,7 @@ File& File::operator=(File&& other) noexcept {
     m_metadata = std::move(other.m_metadata);
     m_map = std::exchange(other.m_map, nullptr);
     m_mapped = std::exchange(other.m_mapped, false);
+    m_writable = std::exchange(other.m_writable, false);
     m_file_size = std::exchange(other.m_file_size, 0);
     m_data_offset = std::exchange(other.m_data_offset, 0);
   }
@@ -448,10 +450,11 @@ void File::release() noexcept {
   }
   m_map = nullptr;
   m_mapped = false;
+  m_writable = false;
   m_owned.clear();
 }
 
-File File::open(const std::string& path) {
+File File::open(const std::string& path, Mapping mapping) {
   // Refuses FIFOs, directories and devices before opening them (an open() of a FIFO blocks).
   std::string problem;
   bool not_regular = false;
@@ -463,11 +466,15 @@ File File::open(const std::string& path) {
 
   File file;
   file.m_path = path;
-  void* map = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, input.fd(), 0);
+  const bool writable = mapping == Mapping::copy_on_write;
+  // MAP_PRIVATE either way: a copy_on_write map's writes copy the page and never reach the file.
+  void* map = ::mmap(nullptr, static_cast<std::size_t>(size), writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                     MAP_PRIVATE, input.fd(), 0);
   if (map == MAP_FAILED)
     fail(path, "cannot mmap " + std::to_string(size) + " bytes: " + errno_text(errno));
   file.m_map = static_cast<const std::byte*>(map);  // unmapped by ~File from here on
   file.m_mapped = true;
+  file.m_writable = writable;
   file.m_file_size = size;
   input.close();
   file.validate();
@@ -480,6 +487,7 @@ File File::parse(std::span<const std::byte> bytes, const std::string& name) {
   file.m_path = name;
   file.m_owned.assign(bytes.begin(), bytes.end());
   file.m_map = file.m_owned.data();
+  file.m_writable = true;
   file.m_file_size = bytes.size();
   file.validate();
   return file;
@@ -572,6 +580,14 @@ const std::byte* File::data(const TensorInfo& info) const {
                      "-byte data section; pass a TensorInfo obtained from this File");
   }
   return m_map + m_data_offset + info.begin;
+}
+
+std::byte* File::mutable_data(const TensorInfo& info) {
+  if (!m_writable) {
+    fail(m_path, tensor_label(info.name) + ": the file is mapped read-only; open it with "
+                     "Mapping::copy_on_write to write into its tensors");
+  }
+  return const_cast<std::byte*>(data(info));
 }
 
 void write(const std::string& path, const std::vector<TensorView>& tensors,

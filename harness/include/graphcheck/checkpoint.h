@@ -30,6 +30,15 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
                      const std::map<std::string, std::string>& metadata = {},
                      safetensors::Durability durability = safetensors::Durability::durable);
 
+// How a SafetensorsWeightStream hands out tensors.
+//  - copies: each tensor a fresh copy of the file's bytes.
+//  - mapped: each tensor a view of a private copy-on-write map of the file (no copy, no fresh
+//    memory; the map lives as long as any tensor from it). A write into such a tensor copies the
+//    page it lands on and reaches neither the file nor another stream. Only for a file nobody
+//    rewrites in place while the tensors live (a truncated map faults on access); a tensor the
+//    file does not align to its element size is copied instead.
+enum class StreamReads { copies, mapped };
+
 // Streams the tensors of one safetensors file in data-offset order; with `only`, just those whose
 // names start with one of the prefixes. Opening validates the whole file (safetensors::Error).
 class SafetensorsWeightStream : public WeightStream {
@@ -37,13 +46,15 @@ class SafetensorsWeightStream : public WeightStream {
   // Streams the tensors whose names start with one of `only` (empty: every tensor) and, when
   // `names` is not empty, only those named in it, in the file's order.
   explicit SafetensorsWeightStream(const std::string& path, std::vector<std::string> only = {},
-                                   std::set<std::string> names = {});
+                                   std::set<std::string> names = {},
+                                   StreamReads reads = StreamReads::copies);
   std::optional<NamedTensor> next() override;
   [[nodiscard]] std::string source() const override;
-  [[nodiscard]] const safetensors::File& file() const { return m_file; }
+  [[nodiscard]] const safetensors::File& file() const { return *m_file; }
 
  private:
-  safetensors::File m_file;
+  std::shared_ptr<safetensors::File> m_file;
+  StreamReads m_reads;
   std::vector<std::string> m_only;
   std::set<std::string> m_names;
   std::size_t m_next = 0;

@@ -65,7 +65,10 @@ struct MutationVerdict {
 // (nested as the windows nest). The Chrome trace and the HTML timing bars are drawn from these.
 struct Span {
   std::string pass;   // the pass it ran in
-  std::string phase;  // the lifecycle phase; empty for the pass as a whole
+  // The lifecycle phase; empty for the pass as a whole. The harness's own work between phases has
+  // spans too: "checkpoint synthesis" (a generated checkpoint written) and "model B" (the
+  // reference model built for a cycle).
+  std::string phase;
   int cycle = 0;
   std::int64_t batch_size = 0;
   double start = 0;    // seconds since the scenario started

@@ -86,8 +86,13 @@ struct TensorInfo {
   [[nodiscard]] std::int64_t numel() const;
 };
 
-// A read-only memory map (POSIX mmap) of a validated safetensors file, unmapped in the
-// destructor. move-only.
+// How File::open maps the file. read_only: a write through the map faults. copy_on_write: a
+// private writable map (MAP_PRIVATE): a write copies the page it lands on, and reaches neither the
+// file nor any other map of it (mutable_data()).
+enum class Mapping { read_only, copy_on_write };
+
+// A memory map (POSIX mmap) of a validated safetensors file, read-only unless opened with
+// Mapping::copy_on_write, unmapped in the destructor. move-only.
 //
 // tensors() lists the tensors sorted by data offset (ties, which only zero-size tensors can have,
 // broken by name), i.e. in the order their bytes appear in the file. This is the order the
@@ -96,7 +101,7 @@ class File {
  public:
   // Maps and validates the file; throws Error naming the path and the problem. Anything that
   // is not a regular file (a directory, a FIFO, a device) is refused before it is opened.
-  static File open(const std::string& path);
+  static File open(const std::string& path, Mapping mapping = Mapping::read_only);
   // Validates an in-memory image of a file, with the same checks as open(); the bytes are
   // copied. `name` stands for the path in messages and in path(). For tests and fuzzing.
   static File parse(std::span<const std::byte> bytes, const std::string& name);
@@ -118,6 +123,10 @@ class File {
   // element size; other writers may not): read through memcpy when in doubt. Throws Error when
   // info's byte range does not lie inside this file's data section.
   [[nodiscard]] const std::byte* data(const TensorInfo& info) const;
+  // data() for writing: only for a map opened with Mapping::copy_on_write (and for parse()'s own
+  // copy), so that the write stays private; throws Error otherwise.
+  [[nodiscard]] std::byte* mutable_data(const TensorInfo& info);
+  [[nodiscard]] bool writable() const { return m_writable; }
   [[nodiscard]] std::uint64_t file_size() const { return m_file_size; }
   // Size of the JSON header (N) and the offset of the data section (8 + N) in the file.
   [[nodiscard]] std::uint64_t header_size() const { return m_data_offset - 8; }
@@ -136,6 +145,7 @@ class File {
   std::map<std::string, std::string> m_metadata;
   const std::byte* m_map = nullptr;  // the mmap (m_mapped) or m_owned.data()
   bool m_mapped = false;
+  bool m_writable = false;  // a copy_on_write map, or parse()'s copy
   std::uint64_t m_file_size = 0;
   std::uint64_t m_data_offset = 0;
 };

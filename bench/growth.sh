@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The dsv4 growth curve as the CLI runs it: for each size (layers x hidden), the wall time and the
+# peak RSS of `graphcheck run --no-isolate` on one scenario (initial checkpoint, batch sizes 1 and
+# 4, two refits) with every probe and with none, and the model's own bytes for the ratio. Any
+# graphcheck binary will do, so that two builds (say, two commits) can be compared on one machine
+# in one sitting: --graphcheck PATH.
+#
+#   bench/growth.sh [--graphcheck PATH] [--out FILE] [SIZE ...]   (default 8x1024 16x1024 32x1024 64x512)
+#
+#   --graphcheck PATH   the binary to measure (default $GRAPHCHECK_BUILD_DIR/bin/graphcheck, build/)
+#   --out FILE          also write the rows as TSV: size checks seconds peak_rss_mb model_mb
+#
+# One libtorch thread (as CI runs). The model's bytes are its parameters and buffers as the dsv4
+# fixture allocates them: 4 bytes x layers x (hidden^2 + hc_mult x hidden + hidden + experts x
+# (hidden + 3 x intermediate x hidden)).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin="${GRAPHCHECK_BUILD_DIR:-build}/bin/graphcheck"
+out=""
+sizes=()
+while (($#)); do
+  case $1 in
+    --graphcheck) bin=${2:?--graphcheck needs a path}; shift 2 ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench/growth.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    *)
+      if [[ ! $1 =~ ^[0-9]+x[0-9]+$ ]]; then
+        echo "bench/growth.sh: size '$1' is not LAYERSxHIDDEN (e.g. 32x1024)" >&2; exit 2
+      fi
+      sizes+=("$1"); shift ;;
+  esac
+done
+((${#sizes[@]})) || sizes=(8x1024 16x1024 32x1024 64x512)
+if [[ ! -x $bin ]]; then
+  echo "bench/growth.sh: no graphcheck binary at '$bin': build it (ci/build.sh) or pass --graphcheck PATH" >&2
+  exit 2
+fi
+if [[ ! -x /usr/bin/time ]]; then
+  echo "bench/growth.sh: needs GNU time at /usr/bin/time for the peak RSS (apt-get install time)" >&2
+  exit 2
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+[[ -n $out ]] && printf 'size\tchecks\tseconds\tpeak_rss_mb\tmodel_mb\n' >"$out"
+printf '%-9s %-6s %9s %13s %9s %10s\n' size checks seconds "peak RSS MB" "model MB" "RSS/model"
+for size in "${sizes[@]}"; do
+  layers=${size%x*} hidden=${size#*x}
+  model_mb=$(awk -v l="$layers" -v h="$hidden" 'BEGIN { printf "%.1f", 4 * l * (h*h + 4*h + h + 4*(h + 3*256*h)) / 1e6 }')
+  for checks in all none; do
+    list=all
+    [[ $checks == none ]] && list='[]'
+    cat >"$work/growth.yaml" <<EOF
+scenario: growth-$size-$checks
+model: {fixture: dsv4, config: {layers: $layers, hidden: $hidden, hc_mult: 4, experts: 4, intermediate: 256}}
+load: checkpoint
+seed: 21
+capture: {batch_sizes: [1, 4]}
+cycles:
+  - refit: {seed: 22}
+  - refit: {seed: 23}
+checks: $list
+EOF
+    if ! /usr/bin/time -f '%e %M' -o "$work/time" "$bin" run --no-isolate --report-dir "$work/reports" \
+        "$work/growth.yaml" >"$work/log" 2>&1; then
+      echo "bench/growth.sh: $size ($checks) did not pass; its output:" >&2
+      cat "$work/log" >&2
+      exit 1
+    fi
+    read -r seconds rss_kb <"$work/time"
+    rss_mb=$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k * 1024 / 1e6 }')
+    ratio=$(awk -v r="$rss_mb" -v m="$model_mb" 'BEGIN { printf "%.1f", r / m }')
+    printf '%-9s %-6s %9s %13s %9s %10s\n' "$size" "$checks" "$seconds" "$rss_mb" "$model_mb" "$ratio"
+    [[ -n $out ]] && printf '%s\t%s\t%s\t%s\t%s\n' "$size" "$checks" "$seconds" "$rss_mb" "$model_mb" >>"$out"
+  done
+done
