@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dsv4 growth curve as the CLI runs it: for each size (layers x hidden), the wall time and the
-# peak RSS of `graphcheck run --no-isolate` on one scenario (initial checkpoint, batch sizes 1 and
+# peak RSS of `graphcheck run` (in one process: --no-isolate) on one scenario (initial checkpoint, batch sizes 1 and
 # 4, two refits) with every probe and with none, and the model's own bytes for the ratio. Any
 # graphcheck binary will do, so that two builds (say, two commits) can be compared on one machine
 # in one sitting: --graphcheck PATH.
@@ -42,6 +42,10 @@ if [[ ! -x /usr/bin/time ]]; then
   exit 2
 fi
 
+# In this process where the binary can (--no-isolate); older ones always did.
+isolate=()
+if "$bin" run --help 2>/dev/null | grep -q -- --no-isolate; then isolate=(--no-isolate); fi
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
@@ -64,7 +68,7 @@ cycles:
   - refit: {seed: 23}
 checks: $list
 EOF
-    if ! /usr/bin/time -f '%e %M' -o "$work/time" "$bin" run --no-isolate --report-dir "$work/reports" \
+    if ! /usr/bin/time -f '%e %M' -o "$work/time" "$bin" run "${isolate[@]}" --report-dir "$work/reports" \
         "$work/growth.yaml" >"$work/log" 2>&1; then
       echo "bench/growth.sh: $size ($checks) did not pass; its output:" >&2
       cat "$work/log" >&2

@@ -198,9 +198,12 @@ class Driver;
 class RecordingStream final : public WeightStream {
  public:
   using Reread = std::function<torch::Tensor(const std::string&)>;
+  // `superseded`: records the new ones replace (a refit's names win over the initial load's, so
+  // the initial record of a name a refit streamed is never read again and is dropped).
   RecordingStream(WeightStream& inner, std::map<std::string, torch::Tensor>& into, double& harness, bool copy,
-                  Reread reread = {})
-      : m_inner(inner), m_into(into), m_harness(harness), m_copy(copy), m_reread(std::move(reread)) {}
+                  Reread reread = {}, std::map<std::string, torch::Tensor>* superseded = nullptr)
+      : m_inner(inner), m_into(into), m_harness(harness), m_copy(copy), m_reread(std::move(reread)),
+        m_superseded(superseded) {}
   std::optional<NamedTensor> next() override {
     std::optional<NamedTensor> item;
     {
@@ -248,6 +251,7 @@ class RecordingStream final : public WeightStream {
         }
       }
       m_into[r.item.name] = tensor;
+      if (m_superseded) m_superseded->erase(r.item.name);
       streamed.push_back(std::move(r.item));
     }
     m_recorded.clear();
@@ -273,6 +277,7 @@ class RecordingStream final : public WeightStream {
   double& m_harness;
   bool m_copy;
   Reread m_reread;
+  std::map<std::string, torch::Tensor>* m_superseded;
   std::vector<Recorded> m_recorded;
   std::set<std::string> m_seen;
 };
@@ -998,6 +1003,9 @@ void PassRun::run_cycles() {
 
 void PassRun::run_step(const CycleStep& step) {
   m_cycle = step.cycle;
+  // The last cycle's model B is stale from here on (reference_model() builds this cycle's): freed
+  // before this cycle synthesizes its checkpoint, so that the two never share the peak.
+  m_reference.reset();
   if (step.kind == CycleKind::sleep) {
     sleep_step(step);
   } else {
@@ -1252,7 +1260,8 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     };
   }
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
-                         /*copy=*/source.tensors != nullptr, std::move(reread));
+                         /*copy=*/source.tensors != nullptr, std::move(reread),
+                         refit ? &m_initial_weights : nullptr);
   try {
     e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
   } catch (...) {
