@@ -1018,6 +1018,7 @@ void PassRun::run_step(const CycleStep& step) {
 // two buckets each, each step with weights of its own (seed + step) so that a tensor left stale
 // by one split differs from what it should hold.
 void PassRun::sweep(const RefitSpec& spec) {
+  m_reference.reset();  // stale, and not to share the peak with the synthesis below (run_step)
   const std::uint64_t first_seed = spec.seed + (m_driver.seed() - scenario().seed);
   const std::string path =
       m_driver.checkpoint_for(first_seed, *this, [&] { return construct_quiet("checkpoint synthesis"); });

@@ -48,6 +48,8 @@ class SafetensorsWeightStream : public WeightStream {
   explicit SafetensorsWeightStream(const std::string& path, std::vector<std::string> only = {},
                                    std::set<std::string> names = {},
                                    StreamReads reads = StreamReads::copies);
+  SafetensorsWeightStream(const SafetensorsWeightStream&) = delete;
+  SafetensorsWeightStream& operator=(const SafetensorsWeightStream&) = delete;
   std::optional<NamedTensor> next() override;
   [[nodiscard]] std::string source() const override;
   [[nodiscard]] const safetensors::File& file() const { return *m_file; }
