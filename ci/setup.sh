@@ -60,6 +60,8 @@ fi
 "$py" -c 'import numpy' 2>/dev/null || need+=(numpy)
 # Test environment only: the JSON reports are validated against reports/schema/.
 "$py" -c 'import jsonschema' 2>/dev/null || need+=(jsonschema)
+# The Python front's tests and its pytest plugin.
+"$py" -c 'import pytest' 2>/dev/null || need+=(pytest)
 if ((${#need[@]})); then
   log "installing into $venv: ${need[*]}"
   "$py" -m pip install -q --disable-pip-version-check "${need[@]}"

@@ -63,6 +63,13 @@ ScenarioCatalog default_catalog() {
   catalog.fixtures = ModelRegistry::get().names();
   catalog.probes = ProbeRegistry::get().names();
   catalog.is_mutation = [](const std::string& name) { return mutation::find(name) != nullptr; };
+  if (ModelRegistry::get().front("python")) {
+    catalog.prepare_model = [](const std::string& kind, const std::string& spec) -> std::string {
+      const ModelFront* front = ModelRegistry::get().front(kind);
+      if (!front) return fmt::format("no front for '{}' models is loaded", kind);
+      return front->prepare ? front->prepare(spec) : std::string();
+    };
+  }
   return catalog;
 }
 
@@ -164,7 +171,9 @@ class HarnessTime {
 };
 
 void freeze(LifecycleModel& model) {
-  for (auto& p : model.module().parameters(true)) p.requires_grad_(false);
+  for (auto& t : model.catalog().registered_tensors()) {
+    if (t.kind == TensorKind::parameter) t.tensor.requires_grad_(false);
+  }
 }
 
 // What each pass runs of the lifecycle.
@@ -334,18 +343,22 @@ class PassRun final : public RunContext, public PassControl {
     return call_model(m_phase, "checkpoint_mapping()", [&] { return graphcheck::checkpoint_layout(*m_model); });
   }
   [[nodiscard]] const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const override {
-    return m_model ? m_model->tensor_attributes().find(tensor) : nullptr;
+    return m_model ? m_model->catalog().attributes(tensor) : nullptr;
   }
   [[nodiscard]] std::map<std::string, std::string> tensor_kinds() override {
     std::map<std::string, std::string> kinds;
     if (!m_model) return kinds;
-    const auto extras = call_model(m_phase, "extra_tensors()", [&] { return m_model->extra_tensors(); });
-    for (const auto& t : extras) kinds[t.name] = "extra tensor";
-    for (const auto& item : m_model->module().named_buffers(true)) {
-      const TensorAttrs* a = m_model->tensor_attributes().find(item.value());
-      kinds[item.key()] = a && !a->persistent ? "non-persistent buffer" : "persistent buffer";
+    TensorCatalog& catalog = m_model->catalog();
+    const auto extras = call_model(m_phase, "extra_tensors()", [&] { return catalog.extra_tensors(); });
+    for (const auto& t : extras) kinds[t.name] = std::string(to_string(t.kind));
+    // Registered tensors win over an extra of the same name; parameters over buffers.
+    auto registered = catalog.registered_tensors();
+    for (const auto& t : registered) {
+      if (t.kind != TensorKind::parameter) kinds[t.name] = std::string(to_string(t.kind));
     }
-    for (const auto& item : m_model->module().named_parameters(true)) kinds[item.key()] = "parameter";
+    for (const auto& t : registered) {
+      if (t.kind == TensorKind::parameter) kinds[t.name] = std::string(to_string(t.kind));
+    }
     return kinds;
   }
   [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
@@ -354,10 +367,8 @@ class PassRun final : public RunContext, public PassControl {
   }
   [[nodiscard]] std::vector<std::string> module_paths() override {
     index_modules();
-    std::vector<std::string> paths = {"(model)", "(root)"};
-    for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
-      paths.push_back(item.key());
-    }
+    std::vector<std::string> paths = {"(model)"};
+    for (const auto& m : m_model->catalog().modules()) paths.push_back(m.path.empty() ? "(root)" : m.path);
     return paths;
   }
   [[nodiscard]] std::optional<AddressHit> resolve(const void* address, std::size_t bytes) override {
@@ -1161,8 +1172,9 @@ void PassRun::sleep_step(const CycleStep& step) {
         kept_storages.emplace_back(storage, storage_bytes(storage).to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
       }
     } else if (!mutation::enabled("driver.sleep_drops_buffers")) {
-      for (const auto& item : m_model->module().named_buffers(/*recurse=*/true)) {
-        const torch::Tensor& b = item.value();
+      for (const auto& item : m_model->catalog().registered_tensors()) {
+        if (item.kind == TensorKind::parameter) continue;
+        const torch::Tensor& b = item.tensor;
         if (b.defined() && b.numel() > 0) kept_buffers.emplace_back(b, b.to(torch::kCPU, false, /*copy=*/true));
       }
     }
@@ -1527,9 +1539,22 @@ std::unique_ptr<LifecycleModel> PassRun::construct_quiet(const char* what, const
 
 std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const char* what) {
   const Scenario& s = scenario();
-  const ModelRegistry::Entry* entry = ModelRegistry::get().find(s.fixture);
-  if (!entry) throw UserError(fmt::format("{}: unknown fixture '{}'", s.file, s.fixture));
-  auto model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
+  const auto split = ModelRegistry::split_front(s.fixture);
+  const std::string& kind = split.first;
+  const std::string& spec = split.second;
+  std::unique_ptr<LifecycleModel> model;
+  if (kind.empty()) {
+    const ModelRegistry::Entry* entry = ModelRegistry::get().find(s.fixture);
+    if (!entry) throw UserError(fmt::format("{}: unknown fixture '{}'", s.file, s.fixture));
+    model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
+  } else {
+    const ModelFront* front = ModelRegistry::get().front(kind);
+    if (!front) {
+      throw UserError(fmt::format("{}: the scenario names a {} model ('{}') and no {} front is loaded",
+                                  s.file, kind, spec, kind));
+    }
+    model = call_model(Phase::construct, what, [&] { return front->create(spec, config); });
+  }
   if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
   auto unused = config.unused_keys();
   if (!unused.empty()) {
@@ -1544,7 +1569,7 @@ std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const cha
   const c10::Device device = m_driver.backend().device();
   if (!device.is_cpu()) {
     call_model(Phase::construct, what, [&] {
-      model->module().to(device);
+      model->catalog().to(device);
       return 0;
     });
   }
@@ -1561,10 +1586,8 @@ TensorList PassRun::input_for(std::int64_t batch_size, int salt) {
 void PassRun::index_modules() {
   m_module_paths.clear();
   m_module_paths[detail::object_address(m_model.get())] = "(model)";
-  // include_self=false: the root module need not live in a shared_ptr.
-  m_module_paths[detail::object_address(&m_model->module())] = "(root)";
-  for (const auto& item : m_model->module().named_modules("", /*include_self=*/false)) {
-    m_module_paths[detail::object_address(item.value().get())] = item.key();
+  for (const auto& m : m_model->catalog().modules()) {
+    m_module_paths[m.identity] = m.path.empty() ? "(root)" : m.path;
   }
 }
 

@@ -1,7 +1,6 @@
 #include "dummy_loader.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -55,24 +54,17 @@ void fill(torch::Tensor& t, const TensorAttrs* attrs, torch::Generator& gen) {
   }
 }
 
-void init_tensors(LifecycleModel& model, torch::nn::Module& module, const std::string& prefix,
-                  bool recurse, torch::Generator& gen, std::vector<std::string>& names,
+void init_tensors(TensorCatalog& catalog, const CatalogModule& module, bool recurse,
+                  torch::Generator& gen, std::vector<std::string>& names,
                   const WriteObserver& on_write) {
-  const TensorAttributes& attrs = model.tensor_attributes();
   const bool skip_non_persistent = !mutation::enabled("dummy.init_non_persistent");
-  for (auto& item : module.named_parameters(recurse)) {
-    torch::Tensor t = item.value();
-    fill(t, attrs.find(t), gen);
-    names.push_back(prefix + item.key());
-    if (on_write) on_write(names.back(), t);
-  }
-  for (auto& item : module.named_buffers(recurse)) {
-    torch::Tensor t = item.value();
-    const TensorAttrs* a = attrs.find(t);
-    if (skip_non_persistent && a && !a->persistent) continue;  // never touch non-persistent buffers
-    fill(t, a, gen);
-    names.push_back(prefix + item.key());
-    if (on_write) on_write(names.back(), t);
+  const std::string prefix = module.path.empty() ? "" : module.path + ".";
+  for (auto& t : catalog.module_tensors(module, recurse)) {
+    // Never touch non-persistent buffers.
+    if (skip_non_persistent && t.kind == TensorKind::non_persistent_buffer) continue;
+    fill(t.tensor, catalog.attributes(t.tensor), gen);
+    names.push_back(prefix + t.name);
+    if (on_write) on_write(names.back(), t.tensor);
   }
 }
 
@@ -86,10 +78,9 @@ std::vector<std::string> dummy_load(LifecycleModel& model, std::uint64_t seed,
   // module, so a tensor is filled once per ancestor. The fix: each module's own tensors only.
   const bool recurse = mutation::enabled("dummy.recursive_init");
   std::vector<std::string> names;
-  torch::nn::Module& root = model.module();
-  init_tensors(model, root, "", recurse, gen, names, on_write);
-  for (auto& item : root.named_modules("", /*include_self=*/false)) {
-    init_tensors(model, *item.value(), item.key() + ".", recurse, gen, names, on_write);
+  TensorCatalog& catalog = model.catalog();
+  for (const CatalogModule& module : catalog.modules()) {
+    init_tensors(catalog, module, recurse, gen, names, on_write);
   }
   return names;
 }

@@ -40,25 +40,86 @@ void TensorAttributes::erase(const torch::Tensor& tensor) {
 
 // ---- tensor discovery -----------------------------------------------------------------------
 
+std::string_view to_string(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::parameter: return "parameter";
+    case TensorKind::persistent_buffer: return "persistent buffer";
+    case TensorKind::non_persistent_buffer: return "non-persistent buffer";
+    case TensorKind::extra: return "extra tensor";
+  }
+  return "tensor";
+}
+
+std::vector<CatalogTensor> ModuleCatalog::own_tensors(torch::nn::Module& module, bool recurse) {
+  std::vector<CatalogTensor> out;
+  const TensorAttributes& attrs = m_model.tensor_attributes();
+  for (const auto& item : module.named_parameters(recurse)) {
+    out.push_back({item.key(), item.value(), TensorKind::parameter});
+  }
+  for (const auto& item : module.named_buffers(recurse)) {
+    const TensorAttrs* a = attrs.find(item.value());
+    out.push_back({item.key(), item.value(),
+                   a && !a->persistent ? TensorKind::non_persistent_buffer : TensorKind::persistent_buffer});
+  }
+  return out;
+}
+
+std::vector<CatalogTensor> ModuleCatalog::registered_tensors() {
+  return own_tensors(m_model.module(), /*recurse=*/true);
+}
+
+std::vector<CatalogTensor> ModuleCatalog::extra_tensors() {
+  std::vector<CatalogTensor> out;
+  for (auto& extra : m_model.extra_tensors()) {
+    out.push_back({std::move(extra.name), std::move(extra.tensor), TensorKind::extra});
+  }
+  return out;
+}
+
+std::vector<CatalogModule> ModuleCatalog::modules() {
+  torch::nn::Module& root = m_model.module();
+  std::vector<CatalogModule> out = {{"", detail::object_address(&root), &root}};
+  // include_self=false: the root module need not live in a shared_ptr.
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    out.push_back({item.key(), detail::object_address(item.value().get()), item.value().get()});
+  }
+  return out;
+}
+
+std::vector<CatalogTensor> ModuleCatalog::module_tensors(const CatalogModule& module, bool recurse) {
+  auto* m = static_cast<torch::nn::Module*>(const_cast<void*>(module.handle));
+  TORCH_CHECK(m != nullptr, "graphcheck: module_tensors() of a module this catalog did not list");
+  return own_tensors(*m, recurse);
+}
+
+const TensorAttrs* ModuleCatalog::attributes(const torch::Tensor& tensor) {
+  return m_model.tensor_attributes().find(tensor);
+}
+
+void ModuleCatalog::to(const c10::Device& device) { m_model.module().to(device); }
+
+torch::nn::Module& LifecycleModel::module() {
+  throw std::logic_error(
+      "the model implements neither module() nor catalog(): a C++ model returns its module tree "
+      "from module()");
+}
+
+TensorCatalog& LifecycleModel::catalog() {
+  if (!m_catalog.catalog) m_catalog.catalog = std::make_unique<ModuleCatalog>(*this);
+  return *m_catalog.catalog;
+}
+
 std::vector<NamedTensor> checkpoint_tensors(LifecycleModel& model) {
   std::vector<NamedTensor> out;
-  const auto& attrs = model.tensor_attributes();
-  for (const auto& item : model.module().named_parameters(/*recurse=*/true)) {
-    out.push_back({item.key(), item.value()});
-  }
-  for (const auto& item : model.module().named_buffers(/*recurse=*/true)) {
-    const TensorAttrs* a = attrs.find(item.value());
-    if (a && !a->persistent) continue;
-    out.push_back({item.key(), item.value()});
+  for (auto& t : model.catalog().registered_tensors()) {
+    if (is_checkpoint_kind(t.kind)) out.push_back({std::move(t.name), std::move(t.tensor)});
   }
   return out;
 }
 
 std::vector<NamedTensor> live_tensors(LifecycleModel& model) {
   std::vector<NamedTensor> out;
-  for (const auto& item : model.module().named_parameters(true)) out.push_back({item.key(), item.value()});
-  for (const auto& item : model.module().named_buffers(true)) out.push_back({item.key(), item.value()});
-  for (auto& extra : model.extra_tensors()) out.push_back(std::move(extra));
+  for (auto& t : model.catalog().tensors()) out.push_back({std::move(t.name), std::move(t.tensor)});
   return out;
 }
 
@@ -176,8 +237,8 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
   std::map<std::string, torch::Tensor> live_by_name;
   for (auto& t : checkpoint_tensors(model)) live_by_name.emplace(t.name, t.tensor);
   std::set<std::string> non_persistent;
-  for (const auto& item : model.module().named_buffers(true)) {
-    if (!live_by_name.count(item.key())) non_persistent.insert(item.key());
+  for (const auto& t : model.catalog().registered_tensors()) {
+    if (t.kind == TensorKind::non_persistent_buffer) non_persistent.insert(t.name);
   }
 
   torch::NoGradGuard no_grad;
@@ -205,7 +266,7 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
     const CheckpointEntry& target = it->second;
     torch::Tensor param = target.region;
     const torch::Tensor& value = item->tensor;
-    const TensorAttrs* attrs = model.tensor_attributes().find(live_by_name.at(target.live));
+    const TensorAttrs* attrs = model.catalog().attributes(live_by_name.at(target.live));
     if (attrs && attrs->weight_loader) {
       attrs->weight_loader(param, value);
     } else {
@@ -290,6 +351,22 @@ std::string ModelRegistry::description(const std::string& name) const {
 const ModelRegistry::Entry* ModelRegistry::find(const std::string& name) const {
   auto it = m_entries.find(name);
   return it == m_entries.end() ? nullptr : it->second.get();
+}
+
+void ModelRegistry::set_front(const std::string& kind, ModelFront front) {
+  m_fronts[kind] = std::move(front);
+}
+
+const ModelFront* ModelRegistry::front(const std::string& kind) const {
+  auto it = m_fronts.find(kind);
+  return it == m_fronts.end() ? nullptr : &it->second;
+}
+
+std::pair<std::string, std::string> ModelRegistry::split_front(const std::string& fixture) {
+  // Registered names never hold ':' (scenario files name them as plain identifiers).
+  const auto colon = fixture.find(':');
+  if (colon == std::string::npos) return {"", fixture};
+  return {fixture.substr(0, colon), fixture.substr(colon + 1)};
 }
 
 std::vector<std::string> ModelRegistry::names() const {

@@ -44,6 +44,8 @@ std::vector<Info> all() {
 
 bool applies_to(const Info& info, std::string_view fixture) {
   if (info.owner == "driver" || info.owner == fixture) return true;
+  // Mutations registered from Python without an owner act on any Python model.
+  if (info.owner == "python" && fixture.starts_with("python:")) return true;
   return fixture.size() > info.owner.size() && fixture.substr(0, info.owner.size()) == info.owner &&
          fixture[info.owner.size()] == '_';
 }

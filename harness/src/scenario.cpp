@@ -192,10 +192,35 @@ class Parser {
 
     const YAML::Node model = required(root, "model", "scenario file");
     if (!model.IsMap()) fail(model, "'model' must be a mapping: {fixture: NAME, config: {...}}");
-    check_keys(model, "model", {"fixture", "config"});
-    s.fixture = required_string(model, "fixture", "model");
-    if (std::find(m_catalog.fixtures.begin(), m_catalog.fixtures.end(), s.fixture) ==
-        m_catalog.fixtures.end()) {
+    check_keys(model, "model", {"fixture", "python", "config"});
+    if (model["python"]) {
+      if (model["fixture"]) fail(model["python"], "'model' names both a fixture and a Python model: keep one");
+      std::string spec = scalar_string(model["python"], "model.python");
+      const auto colon = spec.rfind(':');
+      if (colon == 0 || colon == std::string::npos || colon + 1 == spec.size()) {
+        fail(model["python"], fmt::format("'model.python' is {}: write it as \"package.module:factory\" "
+                                          "(a callable that takes the config as keyword arguments)",
+                                          printable(spec)));
+      }
+      if (!m_catalog.prepare_model) {
+        fail(model["python"], fmt::format("the scenario names a Python model ({}): this program runs "
+                                          "C++ models only; run it with `python -m graphcheck run {}`",
+                                          printable(spec), m_path));
+      }
+      // A file ("models/my_model.py:make") is relative to the scenario file, as `checkpoint:` is.
+      if (std::string_view(spec).substr(0, colon).ends_with(".py")) {
+        fs::path file = spec.substr(0, colon);
+        if (file.is_relative()) file = fs::path(m_path).parent_path() / file;
+        std::error_code ec;
+        const fs::path canonical = fs::weakly_canonical(file, ec);
+        spec = (ec ? file : canonical).string() + spec.substr(colon);
+      }
+      const std::string error = m_catalog.prepare_model("python", spec);
+      if (!error.empty()) fail(model["python"], error);
+      s.fixture = "python:" + spec;
+    } else if ((s.fixture = required_string(model, "fixture", "model")),
+               std::find(m_catalog.fixtures.begin(), m_catalog.fixtures.end(), s.fixture) ==
+                   m_catalog.fixtures.end()) {
       fail(model["fixture"], fmt::format("unknown fixture {}{}: known fixtures are {}", printable(s.fixture),
                                          suggestion(s.fixture, m_catalog.fixtures),
                                          fmt::join(m_catalog.fixtures, ", ")));

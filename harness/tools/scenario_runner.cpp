@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "graphcheck/cli.h"
 #include "graphcheck/plugin.h"
 #include "graphcheck/reporter.h"
 #include "reporters/report_views.h"
@@ -62,6 +63,7 @@ std::string file_tail(const std::string& path, std::size_t max_bytes = 3000) {
 
 // This very binary, even when its file was replaced (rebuilt) while the run goes on.
 constexpr const char* kSelf = "/proc/self/exe";
+
 
 // Writes every step to the parent as "step\t<pass>\t<phase>\t<cycle>\t<batch>\n".
 class StepWriter final : public ProgressListener {
@@ -207,6 +209,13 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
     args.push_back("--plugin");
     args.push_back(plugin);
   }
+  // Another host (a Python interpreter running `-m graphcheck`) runs its scenarios with its own
+  // command line in place of this binary's name.
+  std::vector<std::string> command = child_command();
+  const std::string program = command.empty() ? std::string(kSelf) : command.front();
+  if (!command.empty()) args.erase(args.begin());
+  args.insert(args.begin(), command.begin(), command.end());
+  if (command.empty()) args.front() = "graphcheck";
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -256,7 +265,7 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
     ::dup2(log, 1);
     ::dup2(log, 2);
     ::dup2(pipefd[1], 3);
-    ::execv(kSelf, argv.data());
+    ::execv(program.c_str(), argv.data());
     const char msg[] = "graphcheck: exec of the scenario process failed\n";
     [[maybe_unused]] const ssize_t n = ::write(2, msg, sizeof msg - 1);
     ::_exit(127);
@@ -453,3 +462,18 @@ int run_child(const std::string& scenario_file, const RunOptions& options, int t
 }
 
 }  // namespace graphcheck::cli
+
+namespace graphcheck {
+
+namespace {
+std::vector<std::string>& child_command_slot() {
+  static std::vector<std::string> command;
+  return command;
+}
+}  // namespace
+
+void set_child_command(std::vector<std::string> command) { child_command_slot() = std::move(command); }
+
+std::vector<std::string> child_command() { return child_command_slot(); }
+
+}  // namespace graphcheck

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graphcheck/catalog.h"
 #include "graphcheck/config.h"
 #include "graphcheck/hooks.h"
 #include "graphcheck/mutation.h"
@@ -139,8 +140,14 @@ class LifecycleModel {
  public:
   virtual ~LifecycleModel() = default;
 
-  // Tensor discovery: the module tree whose parameters and buffers are the model's weights.
-  virtual torch::nn::Module& module() = 0;
+  // Tensor discovery: the module tree whose parameters and buffers are the model's weights. A C++
+  // model implements it; the engine reads it only through catalog().
+  virtual torch::nn::Module& module();
+
+  // Everything the engine knows of the model's tensors and modules. The default is a
+  // ModuleCatalog over module(), extra_tensors() and tensor_attributes(); a front whose models
+  // are not torch::nn::Modules (Python) overrides it instead of module().
+  virtual TensorCatalog& catalog();
 
   // Checkpoint path: consume a stream of (name, tensor) and return the names it loaded. Must load
   // in place (copy_) so that addresses baked into captured graphs stay valid. Most models call
@@ -201,7 +208,34 @@ class LifecycleModel {
   [[nodiscard]] const TensorAttributes& tensor_attributes() const { return m_attributes; }
 
  private:
+  // The default catalog, made on first use. A copy of a model makes its own.
+  class CatalogSlot {
+   public:
+    CatalogSlot() = default;
+    CatalogSlot(const CatalogSlot&) {}
+    CatalogSlot& operator=(const CatalogSlot&) { return *this; }
+    std::unique_ptr<TensorCatalog> catalog;
+  };
   TensorAttributes m_attributes;
+  CatalogSlot m_catalog;
+};
+
+// The default catalog of a C++ model: module()'s parameters and buffers (non-persistent where
+// tensor_attributes() says persistent = false), then extra_tensors(); modules by their address.
+class ModuleCatalog final : public TensorCatalog {
+ public:
+  explicit ModuleCatalog(LifecycleModel& model) : m_model(model) {}
+  [[nodiscard]] std::vector<CatalogTensor> registered_tensors() override;
+  [[nodiscard]] std::vector<CatalogTensor> extra_tensors() override;
+  [[nodiscard]] std::vector<CatalogModule> modules() override;
+  [[nodiscard]] std::vector<CatalogTensor> module_tensors(const CatalogModule& module,
+                                                          bool recurse) override;
+  [[nodiscard]] const TensorAttrs* attributes(const torch::Tensor& tensor) override;
+  void to(const c10::Device& device) override;
+
+ private:
+  [[nodiscard]] std::vector<CatalogTensor> own_tensors(torch::nn::Module& module, bool recurse);
+  LifecycleModel& m_model;
 };
 
 // The live tensors loads write: every parameter and persistent buffer, by dotted (live) name.
@@ -233,6 +267,17 @@ std::vector<std::string> default_dummy_load(LifecycleModel& model, std::uint64_t
 
 using ModelFactory = std::function<std::unique_ptr<LifecycleModel>(const ModelConfig&)>;
 
+// A front that makes models from a spec rather than a registered name: scenario files say
+// `model: {python: "pkg.module:factory"}`, and the scenario's fixture is "python:pkg.module:factory".
+// The Python extension installs the "python" front; a process without it refuses such scenarios.
+struct ModelFront {
+  // Makes a spec ready before its scenario is validated (imports the module, which registers its
+  // mutations). Returns "" or what went wrong, with the fix.
+  std::function<std::string(const std::string& spec)> prepare;
+  // A model of the spec with the scenario's config (model code: failures are model failures).
+  std::function<std::unique_ptr<LifecycleModel>(const std::string& spec, const ModelConfig& config)> create;
+};
+
 class ModelRegistry {
  public:
   struct Entry {
@@ -249,8 +294,16 @@ class ModelRegistry {
   [[nodiscard]] const Entry* find(const std::string& name) const;
   [[nodiscard]] std::vector<std::string> names() const;
 
+  // Fronts by kind ("python"). A fixture name "KIND:SPEC" is made by front KIND from SPEC.
+  void set_front(const std::string& kind, ModelFront front);
+  [[nodiscard]] const ModelFront* front(const std::string& kind) const;
+  // Splits "python:pkg.mod:factory" into {"python", "pkg.mod:factory"}; {"", name} for a
+  // registered name.
+  [[nodiscard]] static std::pair<std::string, std::string> split_front(const std::string& fixture);
+
  private:
   std::map<std::string, std::unique_ptr<Entry>> m_entries;
+  std::map<std::string, ModelFront> m_fronts;
   std::map<std::string, std::string> m_descriptions;
 };
 

@@ -81,6 +81,7 @@ struct Scenario {
   std::string name;
   std::string description;
   std::string file;
+  // A registered fixture's name, or "python:pkg.module:factory" for `model: {python: ...}`.
   std::string fixture;
   ModelConfig config;
   LoadFormat load = LoadFormat::checkpoint;
@@ -121,6 +122,10 @@ struct ScenarioCatalog {
   std::vector<std::string> fixtures;
   std::vector<std::string> probes;
   std::function<bool(const std::string&)> is_mutation;
+  // `model: {KIND: SPEC}` for a front other than registered fixtures (KIND "python"): makes the
+  // spec ready and returns "", or returns what is wrong with it and the fix. Unset: such models
+  // are refused.
+  std::function<std::string(const std::string& kind, const std::string& spec)> prepare_model;
 };
 
 // Parses and validates one file. Throws ScenarioError ("file:line:col: message"). Hostile input

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "address_index.h"
 #include "counting_allocator.h"
@@ -38,11 +39,52 @@ struct HostSyncLog {
 };
 thread_local HostSyncLog* t_host_sync_log = nullptr;
 
+// Note [Shape-derived host reads]: under the tracer a Python `x.shape[i]` is a 0-dim tensor (an
+// aten::size node), so Python control flow on a shape (`if seq_len > 1:`) reads it back with
+// aten::item or aten::is_nonzero. That is no host sync of device data: a graph captured at one
+// batch size is specialised to its shapes anyway, as a CUDA graph is. A value is shape-derived
+// when every path back through the trace ends in a shape query (aten::size, numel, dim) or a
+// non-tensor or wrapped-number constant; one that reaches an input or a model tensor is data.
+bool shape_derived(const torch::jit::Value* value, std::set<const torch::jit::Value*>& seen, int depth) {
+  if (depth > 64) return false;
+  if (!seen.insert(value).second) return true;
+  const torch::jit::Node* node = value->node();
+  const c10::Symbol kind = node->kind();
+  if (kind == c10::aten::size || kind == c10::aten::sym_size || kind == c10::aten::numel ||
+      kind == c10::aten::dim) {
+    return true;
+  }
+  if (kind == c10::prim::Param) return false;  // a graph input: data
+  if (kind == c10::prim::Constant) {
+    if (!node->hasAttribute(c10::attr::value) || node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
+      return true;  // a number, a list of numbers, none
+    }
+    const torch::Tensor t = node->t(c10::attr::value);
+    return t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number();  // a Python scalar, not a model tensor
+  }
+  for (const torch::jit::Value* input : node->inputs()) {
+    if (!shape_derived(input, seen, depth + 1)) return false;
+  }
+  return true;
+}
+
+bool reads_shape_only(const at::RecordFunction& fn) {
+  const auto state = torch::jit::tracer::getTracingState();
+  if (!state) return false;
+  const auto inputs = fn.inputs();
+  if (inputs.empty() || !inputs[0].isTensor()) return false;
+  const c10::IValue& input = inputs[0];
+  if (!state->hasValue(input)) return false;
+  std::set<const torch::jit::Value*> seen;
+  return shape_derived(state->getValue(input), seen, 0);
+}
+
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   if (!t_host_sync_log) return nullptr;
   const char* name = fn.name();
   for (const char* op : kHostSyncOps) {
     if (std::strcmp(name, op) == 0) {
+      if (reads_shape_only(fn)) break;  // Note [Shape-derived host reads]
       t_host_sync_log->ops.emplace_back(name);
       break;
     }
@@ -55,7 +97,7 @@ class HostSyncObserver {
  public:
   explicit HostSyncObserver(HostSyncLog& log)
       : m_handle(at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_op_enter).scopes({at::RecordScope::FUNCTION}))) {
+            at::RecordFunctionCallback(&on_op_enter).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
     t_host_sync_log = &log;
   }
   ~HostSyncObserver() {
@@ -116,6 +158,8 @@ void pin_constants(torch::jit::Block* block, std::vector<GraphRead>& reads) {
     }
     const torch::Tensor live = node->t(c10::attr::value);
     if (!live.defined() || !live.has_storage()) continue;
+    // A Python scalar the tracer wrapped (`x * 0.5`): a value of the code, not a tensor it reads.
+    if (live.unsafeGetTensorImpl()->is_wrapped_number()) continue;
     // Note [Pinned constants]: an alias over the captured storage, not the live TensorImpl.
     torch::Tensor pinned = at::empty({0}, live.options());
     pinned.set_(live.storage(), live.storage_offset(), live.sizes(), live.strides());

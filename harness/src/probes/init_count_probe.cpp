@@ -137,14 +137,11 @@ class InitCountProbe final : public EmptyProbe {
           {{"tensor", t.name}, {"writes", std::to_string(count)}, {"expected", std::to_string(expected)},
            {"counted_by", "version counter (in-place ops), content for writes past libtorch"}});
     }
+    const auto kinds = ctx.tensor_kinds();
     for (const auto& name : extra_names) {
       // Non-persistent buffers (and extra tensors aliasing nothing persistent) must stay untouched.
-      const TensorAttrs* attrs = nullptr;
-      for (const auto& t : live) {
-        if (t.name == name) attrs = ctx.tensor_attrs(t.tensor);
-      }
-      const bool non_persistent_buffer = attrs && !attrs->persistent;
-      if (!non_persistent_buffer) continue;
+      const auto kind = kinds.find(name);
+      if (kind == kinds.end() || kind->second != to_string(TensorKind::non_persistent_buffer)) continue;
       const std::int64_t count = writes.count(name) ? writes[name] : 0;
       if (count == 0) continue;
       const c10::StorageImpl* storage = group_of.count(name) ? group_of[name] : nullptr;

@@ -1,0 +1,28 @@
+"""``python -m graphcheck``: the graphcheck CLI in this interpreter, so that Python models (and the
+mutations their modules register) are known to every subcommand. Same subcommands, options, exit
+codes and reports as the C++ ``graphcheck`` binary; isolated scenarios re-execute this same
+interpreter (``python -m graphcheck __scenario ...``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Sequence
+
+from . import _C
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    _C.set_child_command([sys.executable, "-m", "graphcheck"])
+    # The engine installs its own SIGINT/SIGTERM handlers for the run (a stop keeps the reports);
+    # Python's come back afterwards.
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = _C.cli_main(["python -m graphcheck", *args])
+    finally:
+        for s, handler in saved.items():
+            if handler is not None:
+                signal.signal(s, handler)
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,325 @@
+"""The Python model contract, as the engine sees it.
+
+`ModelAdapter` wraps a user's ``torch.nn.Module`` and answers everything the C++ engine asks
+(its tensor catalog, loads, PWAL, forward, inputs). The extension calls it with the GIL held;
+nothing here runs while the engine works.
+
+The contract mirrors vLLM's model code:
+
+* required: ``load_weights(weights) -> set[str]``, ``process_weights_after_loading()``,
+  ``forward(*inputs)``, ``make_inputs(batch_size, seed)``;
+* optional: ``checkpoint_mapping()`` (or vLLM's ``stacked_params_mapping``), ``extra_tensors()``,
+  ``expected_hooks()``, ``load_dummy_weights(seed)``, ``stage_for_refit()``,
+  ``synthesize_checkpoint(seed)``.
+
+Per-tensor attributes ride on the tensors, as ``set_weight_attrs`` puts them there:
+``weight_loader(param, loaded)`` and ``dummy_weight_value``.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import torch
+
+PARAMETER = "parameter"
+PERSISTENT_BUFFER = "persistent_buffer"
+NON_PERSISTENT_BUFFER = "non_persistent_buffer"
+EXTRA = "extra"
+
+_REQUIRED = ("load_weights", "process_weights_after_loading", "forward", "make_inputs")
+
+# Module attributes that are torch.nn.Module machinery, never the model's own state.
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()).keys())
+
+
+@dataclass(frozen=True)
+class ExpectedHook:
+    """A lifecycle hook the model promises to run (the hooks probe checks it).
+
+    ``module``: a module path pattern ("layers.*", "**", "(root)" for the model itself);
+    ``on``: the loads it must run on; ``after``: hooks that must run before it in the same load.
+    """
+
+    module: str
+    hook: str
+    on: tuple[str, ...] = ("checkpoint", "dummy", "refit")
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckpointShard:
+    """Rows ``[offset, offset + size)`` along ``dim`` of live tensor ``live`` hold checkpoint
+    tensor ``checkpoint`` (vLLM's fused ``qkv_proj`` holding ``q_proj``, ``k_proj``, ``v_proj``)."""
+
+    checkpoint: str
+    live: str
+    dim: int
+    offset: int
+    size: int
+
+
+def set_weight_attrs(tensor: torch.Tensor, attrs: dict[str, Any] | None) -> None:
+    """vLLM's ``set_weight_attrs``: put attributes such as ``weight_loader`` or
+    ``dummy_weight_value`` on a tensor. Existing attributes are never overwritten silently."""
+    for key, value in (attrs or {}).items():
+        if hasattr(tensor, key):
+            raise AttributeError(f"overwriting existing tensor attribute: {key}")
+        setattr(tensor, key, value)
+
+
+class ContractError(TypeError):
+    """The model does not implement the contract (a user error: the CLI exits 2)."""
+
+
+class ModelAdapter:
+    """The engine's view of one Python model instance."""
+
+    def __init__(self, model: torch.nn.Module, source: str = "") -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise ContractError(
+                f"{source or 'the factory'} returned {type(model).__name__}, not a torch.nn.Module: "
+                "return the model instance")
+        missing = [name for name in _REQUIRED if not callable(getattr(model, name, None))]
+        if missing:
+            raise ContractError(
+                f"{type(model).__name__} ({source}) lacks {', '.join(m + '()' for m in missing)}: "
+                "a graphcheck model implements load_weights(weights) -> set[str], "
+                "process_weights_after_loading(), forward(*inputs) and make_inputs(batch_size, seed)")
+        self.model = model
+        self.source = source
+
+    # ---- the tensor catalog ------------------------------------------------------------------
+
+    def registered_tensors(self) -> list[tuple[str, torch.Tensor, str]]:
+        out = [(name, p, PARAMETER) for name, p in self.model.named_parameters()]
+        out += self._buffers(self.model, "", recurse=True)
+        return out
+
+    def extra_tensors(self) -> list[tuple[str, torch.Tensor, str]]:
+        """The model's own ``extra_tensors()`` plus every plain tensor a submodule holds (in an
+        attribute, a list, tuple or dict, a ``functools.partial`` or a closure), so that findings
+        name them instead of calling them undeclared."""
+        registered = {id(t) for _, t, _ in self.registered_tensors()}
+        out: list[tuple[str, torch.Tensor, str]] = []
+        seen: set[int] = set(registered)
+        declared = getattr(self.model, "extra_tensors", None)
+        if callable(declared):
+            for name, tensor in declared():
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    out.append((name, tensor, EXTRA))
+        for path, module in self.model.named_modules():
+            for attr, value in vars(module).items():
+                if attr in _MODULE_INTERNALS:
+                    continue
+                prefix = f"{path}.{attr}" if path else attr
+                for name, tensor in _plain_tensors(prefix, value, depth=0, visited=set()):
+                    if id(tensor) not in seen:
+                        seen.add(id(tensor))
+                        out.append((name, tensor, EXTRA))
+        return out
+
+    def modules(self) -> list[tuple[str, torch.nn.Module]]:
+        return list(self.model.named_modules())
+
+    def module_tensors(self, module: torch.nn.Module, recurse: bool) -> list[tuple[str, torch.Tensor, str]]:
+        out = [(name, p, PARAMETER) for name, p in module.named_parameters(recurse=recurse)]
+        out += self._buffers(module, "", recurse=recurse)
+        return out
+
+    @staticmethod
+    def _buffers(module: torch.nn.Module, prefix: str, recurse: bool) -> list[tuple[str, torch.Tensor, str]]:
+        out = []
+        seen: set[int] = set()
+        modules = module.named_modules() if recurse else [("", module)]
+        for path, m in modules:
+            for name, b in m._buffers.items():
+                if b is None or id(b) in seen:
+                    continue
+                seen.add(id(b))
+                kind = NON_PERSISTENT_BUFFER if name in m._non_persistent_buffers_set else PERSISTENT_BUFFER
+                out.append((f"{path}.{name}" if path else name, b, kind))
+        return out
+
+    @staticmethod
+    def attributes(tensor: torch.Tensor) -> tuple[Any, Any]:
+        """(dummy_weight_value or None, weight_loader or None)."""
+        return getattr(tensor, "dummy_weight_value", None), getattr(tensor, "weight_loader", None)
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+
+    # ---- the lifecycle -----------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
+        with torch.no_grad():
+            loaded = self.model.load_weights(weights)
+        if loaded is None:
+            raise ContractError(
+                f"{type(self.model).__name__}.load_weights() returned None: return the set of "
+                "names it loaded (vLLM's contract), so that graphcheck can check completeness")
+        return sorted(str(n) for n in loaded)
+
+    def process_weights_after_loading(self) -> None:
+        with torch.no_grad():
+            self.model.process_weights_after_loading()
+
+    def stage_for_refit(self) -> None:
+        stage = getattr(self.model, "stage_for_refit", None)
+        if callable(stage):
+            with torch.no_grad():
+                stage()
+
+    def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        with torch.no_grad():
+            out = self.model(*inputs)
+        return _tensor_list(out, f"{type(self.model).__name__}.forward()")
+
+    def make_inputs(self, batch_size: int, seed: int) -> list[torch.Tensor]:
+        out = self.model.make_inputs(batch_size, seed)
+        return _tensor_list(out, f"{type(self.model).__name__}.make_inputs()")
+
+    def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int]]:
+        mapping = getattr(self.model, "checkpoint_mapping", None)
+        if callable(mapping):
+            return [_shard_tuple(s) for s in mapping()]
+        stacked = getattr(self.model, "stacked_params_mapping", None)
+        if stacked:
+            return _from_stacked(self.model, stacked)
+        return []
+
+    def expected_hooks(self) -> list[tuple[str, str, list[str], list[str]]]:
+        hooks = getattr(self.model, "expected_hooks", None)
+        if not callable(hooks):
+            return []
+        out = []
+        for h in hooks():
+            if isinstance(h, ExpectedHook):
+                out.append((h.module, h.hook, list(h.on), list(h.after)))
+            elif isinstance(h, (tuple, list)) and len(h) >= 2:
+                out.append((str(h[0]), str(h[1]), list(h[2]) if len(h) > 2 else ["checkpoint", "dummy", "refit"],
+                            list(h[3]) if len(h) > 3 else []))
+            else:
+                raise ContractError(f"expected_hooks() returned {h!r}: return graphcheck.ExpectedHook(module, hook)")
+        return out
+
+    def load_dummy_weights(self, seed: int) -> bool:
+        """Runs the model's own dummy loader; False when it has none (graphcheck's is used)."""
+        own = getattr(self.model, "load_dummy_weights", None)
+        if not callable(own):
+            return False
+        with torch.no_grad():
+            own(seed)
+        return True
+
+    def synthesize_checkpoint(self, seed: int) -> list[tuple[str, torch.Tensor]] | None:
+        own = getattr(self.model, "synthesize_checkpoint", None)
+        if not callable(own):
+            return None
+        items = own(seed)
+        if isinstance(items, dict):
+            items = items.items()
+        return [(str(n), t) for n, t in items]
+
+
+def default_load_weights(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+    """A loader for models that have no mapping of their own: each streamed tensor is loaded into
+    the parameter or persistent buffer of that name, in place, through its ``weight_loader`` when
+    it has one (vLLM's ``default_weight_loader`` otherwise)."""
+    params = dict(model.named_parameters())
+    params.update({n: b for n, b, kind in ModelAdapter._buffers(model, "", recurse=True) if kind == PERSISTENT_BUFFER})
+    loaded = set()
+    for name, tensor in weights:
+        if name not in params:
+            raise KeyError(f"checkpoint tensor '{name}' names no parameter or persistent buffer of "
+                           f"{type(model).__name__}")
+        param = params[name]
+        loader = getattr(param, "weight_loader", None)
+        with torch.no_grad():
+            if loader is not None:
+                loader(param, tensor)
+            else:
+                if param.shape != tensor.shape:
+                    raise ValueError(f"checkpoint tensor '{name}' has shape {tuple(tensor.shape)}, "
+                                     f"the model's has {tuple(param.shape)}")
+                param.copy_(tensor)
+        loaded.add(name)
+    return loaded
+
+
+def _tensor_list(value: Any, what: str) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return list(value)
+    if hasattr(value, "to_tuple"):  # transformers' ModelOutput
+        return [v for v in value.to_tuple() if isinstance(v, torch.Tensor)]
+    raise ContractError(f"{what} returned {type(value).__name__}: return a tensor or a tuple of tensors")
+
+
+def _shard_tuple(s: Any) -> tuple[str, str, int, int, int]:
+    if isinstance(s, CheckpointShard):
+        return (s.checkpoint, s.live, s.dim, s.offset, s.size)
+    if isinstance(s, dict):
+        return (s["checkpoint"], s["live"], int(s.get("dim", 0)), int(s["offset"]), int(s["size"]))
+    checkpoint, live, dim, offset, size = s
+    return (str(checkpoint), str(live), int(dim), int(offset), int(size))
+
+
+def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int]]:
+    """vLLM's ``stacked_params_mapping`` ``(param_name, shard_name, shard_id)`` tuples, e.g.
+    ``(".qkv_proj", ".q_proj", "q")``: every live parameter whose name holds ``param_name`` is
+    split along dim 0 into its shards, in the order the mapping lists them. Shard sizes come from a
+    ``shard_sizes`` dict on the parameter ({shard_id: rows}) when it has one, else equal parts."""
+    groups: dict[str, list[tuple[str, Any]]] = {}
+    for param_name, shard_name, shard_id in stacked:
+        groups.setdefault(param_name, []).append((shard_name, shard_id))
+    out = []
+    for live, param in model.named_parameters():
+        for param_name, shards in groups.items():
+            if param_name not in live:
+                continue
+            sizes = getattr(param, "shard_sizes", None)
+            offset = 0
+            for shard_name, shard_id in shards:
+                size = int(sizes[shard_id]) if sizes else param.shape[0] // len(shards)
+                out.append((live.replace(param_name, shard_name, 1), live, 0, offset, size))
+                offset += size
+    return out
+
+
+def _plain_tensors(prefix: str, value: Any, depth: int, visited: set[int]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors held by ``value``: itself, or inside lists, tuples, dicts, partials and closures."""
+    if depth > 4 or id(value) in visited:
+        return
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+        return
+    if isinstance(value, torch.nn.Module):
+        return  # a submodule: walked as a module of its own
+    visited.add(id(value))
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _plain_tensors(f"{prefix}.{i}", v, depth + 1, visited)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _plain_tensors(f"{prefix}.{k}", v, depth + 1, visited)
+    elif isinstance(value, functools.partial):
+        for i, v in enumerate(value.args):
+            yield from _plain_tensors(f"{prefix}.args.{i}", v, depth + 1, visited)
+        for k, v in value.keywords.items():
+            yield from _plain_tensors(f"{prefix}.{k}", v, depth + 1, visited)
+        yield from _plain_tensors(prefix, value.func, depth + 1, visited)
+    elif isinstance(value, types.MethodType):
+        yield from _plain_tensors(prefix, value.__func__, depth + 1, visited)
+    elif isinstance(value, types.FunctionType) and value.__closure__:
+        for var, cell in zip(value.__code__.co_freevars, value.__closure__):
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            yield from _plain_tensors(f"{prefix}.<closure>.{var}", content, depth + 1, visited)

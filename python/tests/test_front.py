@@ -1,0 +1,142 @@
+"""The Python front end to end: graphcheck.check() on small vLLM-style models, planted bugs,
+Python exceptions, idiomatic Python that must not be flagged, and the CLI."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import graphcheck
+
+REBIND = graphcheck.mutation("test.front.rebind_derived",
+                             "PWAL rebinds the derived scale to a new tensor instead of copy_()")
+
+
+class Derived(torch.nn.Module):
+    """A projection with a derived per-column scale that PWAL refreshes in place."""
+
+    def __init__(self, hidden: int = 16, pwal_raises: bool = False, shape_branch: bool = False,
+                 item_branch: bool = False):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, hidden, bias=False)
+        self.proj.weight.requires_grad_(False)
+        self.register_buffer("inv_freq", torch.arange(hidden, dtype=torch.float32) / hidden, persistent=False)
+        self.scale = torch.zeros(hidden)  # a plain tensor attribute: found, not "undeclared"
+        self.cache = [torch.ones(hidden)]  # a tensor in a list
+        self.hidden = hidden
+        self.pwal_raises = pwal_raises
+        self.shape_branch = shape_branch
+        self.item_branch = item_branch
+
+    def load_weights(self, weights):
+        return graphcheck.default_load_weights(self, weights)
+
+    def process_weights_after_loading(self):
+        graphcheck.hook(self, "finalize_scale")
+        if self.pwal_raises:
+            raise ValueError("boom in PWAL")
+        new = self.proj.weight.abs().sum(0)
+        if graphcheck.enabled(REBIND):
+            self.scale = new
+        else:
+            self.scale.copy_(new)
+
+    def forward(self, x):
+        y = self.proj(x) * self.scale * 0.5 + self.inv_freq + self.cache[0]
+        if self.shape_branch and x.shape[0] > 1:  # shape-derived: fine under a graph
+            y = y * 2
+        if self.item_branch and self.proj.weight.sum().item() > 0:  # a host sync of data
+            y = y * 3
+        return y
+
+    def make_inputs(self, batch_size, seed):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(batch_size, self.hidden, generator=g)
+
+    def expected_hooks(self):
+        return [graphcheck.ExpectedHook("(root)", "finalize_scale")]
+
+
+def test_clean_model_passes():
+    record = graphcheck.check(Derived)
+    assert record.passed, record.explain()
+    assert not [f for f in record.findings if "undeclared" in f["message"]], record.explain()
+
+
+def test_rebind_is_caught_and_names_the_tensor():
+    record = graphcheck.check(Derived, mutations=[REBIND])
+    assert not record.passed
+    address = [f for f in record.findings if f["probe"] == "address"]
+    assert address, record.explain()
+    assert any("scale" in f["subject"] for f in address), record.explain()
+
+
+def test_python_exception_carries_its_traceback():
+    record = graphcheck.check(Derived, scenario={"config": {"pwal_raises": True}})
+    assert record.status == "failed", record.explain()
+    messages = "\n".join(f["message"] for f in record.findings)
+    assert "Traceback" in messages and "boom in PWAL" in messages and "test_front.py" in messages, messages
+
+
+def test_shape_control_flow_is_not_a_host_sync():
+    record = graphcheck.check(Derived, scenario={"config": {"shape_branch": True}})
+    assert record.passed, record.explain()
+
+
+def test_item_on_data_is_a_host_sync():
+    record = graphcheck.check(Derived, scenario={"config": {"item_branch": True}})
+    assert not record.passed
+    assert any("host sync" in f["message"] and "aten::item" in f["message"] for f in record.findings), record.explain()
+
+
+def test_check_failed_message_shows_evidence():
+    with pytest.raises(graphcheck.CheckFailed) as e:
+        graphcheck.check(Derived, mutations=[REBIND], raise_on_failure=True)
+    assert "[address]" in str(e.value) and "scale" in str(e.value)
+
+
+class NoInputs(torch.nn.Module):
+    def load_weights(self, weights):
+        return set()
+
+    def process_weights_after_loading(self):
+        pass
+
+    def forward(self, x):
+        return x
+
+
+def test_contract_error_is_a_user_error():
+    record = graphcheck.check(NoInputs)
+    assert record.exit_code == 2 and record.status == "error", record.explain()
+    assert "make_inputs()" in record.data["reason"], record.data["reason"]
+
+
+def test_unknown_config_key_names_the_factory():
+    record = graphcheck.check(Derived, scenario={"config": {"hiden": 8}})
+    assert record.exit_code == 2, record.explain()
+    assert "hiden" in record.data["reason"], record.data["reason"]
+
+
+def test_cli_runs_python_scenarios_isolated(repo, python_env, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "graphcheck", "run", str(repo / "python/tests/scenarios"),
+                          "--report-dir", str(tmp_path)], env=python_env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "graphcheck.json").exists()
+
+
+def test_cli_mutants_kills_the_declared_mutation(repo, python_env, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "graphcheck", "mutants", str(repo / "python/tests/scenarios"),
+                          "--report-dir", str(tmp_path)], env=python_env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cli_bad_python_model_spec_is_a_scenario_error(python_env, tmp_path):
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text("scenario: bad\nmodel: {python: \"no_such_module_xyz:make\"}\nload: checkpoint\n"
+                        "capture: {batch_sizes: [1]}\nchecks: all\n")
+    out = subprocess.run([sys.executable, "-m", "graphcheck", "run", str(scenario), "--report-dir", str(tmp_path)],
+                         env=python_env, capture_output=True, text=True)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "bad.yaml:2:" in out.stderr + out.stdout and "no_such_module_xyz" in out.stderr + out.stdout
