@@ -326,6 +326,7 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] MemoryMeter& memory_meter() override;
   [[nodiscard]] Pass pass() const override { return m_pass; }
   [[nodiscard]] double noise_floor(std::int64_t batch_size) const override;
+  [[nodiscard]] std::uint64_t seed() const override;
   [[nodiscard]] const std::vector<GraphView>& graphs() const override { return m_views; }
   [[nodiscard]] const CycleStep* cycle_step(int cycle) const override {
     if (cycle < 1 || static_cast<std::size_t>(cycle) > m_steps.size()) return nullptr;
@@ -860,6 +861,8 @@ PassRun::PassRun(Driver& driver, Pass pass, std::vector<Probe*> probes)
 const Scenario& PassRun::scenario() const { return m_driver.scenario(); }
 const GraphBackend& PassRun::backend() const { return m_driver.backend(); }
 MemoryMeter& PassRun::memory_meter() { return m_driver.backend().memory_meter(); }
+std::uint64_t PassRun::seed() const { return m_driver.seed(); }
+
 double PassRun::noise_floor(std::int64_t batch_size) const {
   auto it = m_driver.noise().find(batch_size);
   return it == m_driver.noise().end() ? -1.0 : it->second;

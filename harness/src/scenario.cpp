@@ -203,9 +203,9 @@ class Parser {
                                           printable(spec)));
       }
       if (!m_catalog.prepare_model) {
-        fail(model["python"], fmt::format("the scenario names a Python model ({}): this program runs "
+        throw ScenarioNeedsFront(fmt::format("{}: {}", where(model["python"].Mark()), fmt::format("the scenario names a Python model ({}): this program runs "
                                           "C++ models only; run it with `python -m graphcheck run {}`",
-                                          printable(spec), m_path));
+                                          printable(spec), m_path)));
       }
       // A file ("models/my_model.py:make") is relative to the scenario file, as `checkpoint:` is.
       if (std::string_view(spec).substr(0, colon).ends_with(".py")) {

@@ -371,11 +371,36 @@ std::vector<gc::Scenario> load_scenarios(const std::vector<std::string>& paths, 
     return {};
   }
   const gc::ScenarioCatalog catalog = gc::default_catalog();
+  // Files named on the command line, as against found in a directory.
+  std::set<std::string> named;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) named.insert(fs::path(p).lexically_normal().string());
+  }
+  std::vector<std::string> other_front;
   for (const auto& file : files) {
     try {
       scenarios.push_back(gc::parse_scenario_file(file, catalog));
+    } catch (const gc::ScenarioNeedsFront& e) {
+      if (named.count(fs::path(file).lexically_normal().string())) {
+        fmt::print(stderr, "graphcheck: {}\n", e.what());
+        ok = false;
+      } else {
+        other_front.push_back(file);
+      }
     } catch (const gc::ScenarioError& e) {
       fmt::print(stderr, "graphcheck: {}\n", e.what());
+      ok = false;
+    }
+  }
+  if (!other_front.empty()) {
+    fmt::print(stderr,
+               "graphcheck: note: {} scenario file{} name{} Python models, which this program does not "
+               "run: `python -m graphcheck run` runs them ({})\n",
+               other_front.size(), other_front.size() == 1 ? "" : "s", other_front.size() == 1 ? "s" : "",
+               fmt::join(other_front, ", "));
+    if (scenarios.empty() && ok) {
+      fmt::print(stderr, "graphcheck: no C++ scenario left to run under {}\n", fmt::join(paths, ", "));
       ok = false;
     }
   }

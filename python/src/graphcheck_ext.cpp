@@ -67,6 +67,7 @@ class PyRef {
           delete o;
         }) {}
   [[nodiscard]] const py::object& get() const { return *m_object; }
+  void reset() { m_object.reset(); }
 
  private:
   std::shared_ptr<py::object> m_object;
@@ -144,6 +145,7 @@ class PyCatalog final : public gc::TensorCatalog {
       return m_attributes.find(tensor);
     });
   }
+  void release() { m_adapter.reset(); }
   void to(const c10::Device& device) override {
     call_python("to(device)", [&] {
       m_adapter.get().attr("to")(device.str());
@@ -180,6 +182,18 @@ class PyModel final : public gc::LifecycleModel {
  public:
   explicit PyModel(py::object adapter)
       : m_adapter(std::move(adapter)), m_catalog(m_adapter, tensor_attributes()) {}
+  // Model code keeps reference cycles (a parameter holding a loader bound to its module), which
+  // only Python's cycle collector frees: collected here, so that a dropped model's memory is
+  // freed when the engine drops it, not whenever the collector next runs (the memory probe would
+  // see it as growth).
+  ~PyModel() override {
+    py::gil_scoped_acquire gil;
+    m_catalog.release();
+    m_adapter.reset();
+    py::module_::import("gc").attr("collect")();
+  }
+  PyModel(const PyModel&) = delete;
+  PyModel& operator=(const PyModel&) = delete;
 
   gc::TensorCatalog& catalog() override { return m_catalog; }
 

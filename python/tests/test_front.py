@@ -140,3 +140,14 @@ def test_cli_bad_python_model_spec_is_a_scenario_error(python_env, tmp_path):
                          env=python_env, capture_output=True, text=True)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bad.yaml:2:" in out.stderr + out.stdout and "no_such_module_xyz" in out.stderr + out.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device: the cuda backend's Python path (at::cuda::CUDAGraph around "
+                           "the Python forward) runs on a GPU machine (ci/gpu-check.sh)")
+def test_cuda_backend_captures_the_python_forward():
+    clean = graphcheck.check(Derived, backend="cuda")
+    assert clean.passed, clean.explain()
+    assert clean["backend"] == "cuda"
+    mutated = graphcheck.check(Derived, backend="cuda", mutations=[REBIND])
+    assert any(f["probe"] == "address" and "scale" in f["subject"] for f in mutated.findings), mutated.explain()

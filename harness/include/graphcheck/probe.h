@@ -177,6 +177,8 @@ class RunContext {
   [[nodiscard]] virtual const GraphBackend& backend() const = 0;
   [[nodiscard]] virtual MemoryMeter& memory_meter() = 0;
   [[nodiscard]] virtual Pass pass() const = 0;
+  // The run's seed: --seed when given, else the scenario's `seed`.
+  [[nodiscard]] virtual std::uint64_t seed() const = 0;
   // The noise floor of eager(A) at a batch size: max |difference| between repeated eager runs on
   // the same input, measured in the validate pass; -1 when not measured.
   [[nodiscard]] virtual double noise_floor(std::int64_t batch_size) const = 0;

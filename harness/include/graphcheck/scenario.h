@@ -19,6 +19,14 @@ class ScenarioError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The scenario names a model of a front this process does not have (`model: {python: ...}` in
+// the C++ CLI). The CLI leaves such files found in a directory to their own front, and refuses
+// one named on the command line.
+class ScenarioNeedsFront : public ScenarioError {
+ public:
+  using ScenarioError::ScenarioError;
+};
+
 enum class LoadFormat { checkpoint, dummy };
 [[nodiscard]] const char* to_string(LoadFormat format);
 

@@ -232,7 +232,7 @@ class InitCountProbe final : public EmptyProbe {
       std::vector<WriteState> before;
       for (const auto& t : tensors) before.push_back(write_state(t.tensor));
       const auto start = std::chrono::steady_clock::now();
-      control.load_dummy(*model, ctx.scenario().seed);
+      control.load_dummy(*model, ctx.seed());
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       std::int64_t writes = 0;
