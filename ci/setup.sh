@@ -66,6 +66,16 @@ if ((${#need[@]})); then
   log "installing into $venv: ${need[*]}"
   "$py" -m pip install -q --disable-pip-version-check "${need[@]}"
 fi
+# Test environment only: the Python front's transformers adapter (an optional dependency of the
+# package) is tested on tiny models built offline. --no-deps and exact pins, so that pip never
+# touches the pinned torch; these are transformers' runtime dependencies that torch does not bring.
+hf_packages=(transformers==5.25.0 huggingface_hub==2.4.0 tokenizers==0.23.3 pyyaml==6.0.4
+             regex==2026.11.19 tqdm==4.70.1 httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20
+             anyio==4.16.0 truststore==0.10.5 click==8.5.1 hf-xet==1.8.0 packaging safetensors)
+if [[ -z $user_torch ]] && ! HF_HUB_OFFLINE=1 "$py" -c 'import transformers, transformers.models.llama' 2>/dev/null; then
+  log "installing into $venv (--no-deps): ${hf_packages[*]}"
+  "$py" -m pip install -q --disable-pip-version-check --no-deps "${hf_packages[@]}"
+fi
 if [[ -n $user_torch ]]; then
   log "using the libtorch you pointed to: $user_torch"
 fi

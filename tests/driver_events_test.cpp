@@ -365,13 +365,18 @@ GRAPHCHECK_REGISTER_MODEL("test_logging", [](const ModelConfig& c) {
   return std::make_unique<LoggingModel>(c);
 });
 
+// Probes get no model control in any pass (passes act, probes observe): RunContext has no
+// control() any more.
+template <class Context>
+concept HandsOutControl = requires(Context& c) { c.control(); };
+static_assert(!HandsOutControl<RunContext>, "no pass may hand probes model control");
+
 // Records its events and checks that the observe pass gives it no control.
 class IsolationProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "isolation"; }
   void on_scenario_begin(RunContext& ctx) override {
     EXPECT_EQ(ctx.pass(), Pass::observe);
-    EXPECT_EQ(ctx.control(), nullptr) << "the observe pass must not hand probes model control";
     g_pass_log.push_back("probe scenario_begin");
   }
   void on_construct_begin(RunContext&, const PhaseEvent& e) override { begin(e); }
@@ -591,6 +596,49 @@ Finding finding_of(std::string probe, std::string pass) {
   f.subject = "x";
   f.message = "y";
   return f;
+}
+
+// A probe that throws in one event: a finding of probe "harness" naming it and the event; the
+// scenario goes on, and the other probes' checks still run.
+class ThrowingProbe final : public EmptyProbe {
+ public:
+  [[nodiscard]] std::string name() const override { return "thrower"; }
+  void on_pwal_end(RunContext&, const PhaseEvent& e) override {
+    ++calls;
+    if (e.cycle == 0) throw std::runtime_error("the probe's own bug");
+  }
+  int calls = 0;
+};
+
+TEST(ProbeFailures, AProbeThatThrowsIsAHarnessFindingAndTheScenarioGoesOn) {
+  RunOptions o = options_with({});
+  o.mutations = {"mhc.rebind_broadcast"};
+  ThrowingProbe thrower;
+  o.extra_probes = {&thrower};
+  Scenario s = tiny_scenario({"address", "replay_diff", "hooks"});
+  ScenarioRecord r = run_scenario(s, o);
+  EXPECT_EQ(r.status, Status::failed) << r.reason;
+  std::vector<const Finding*> harness;
+  bool address = false, replay_diff = false;
+  for (const auto& f : r.findings) {
+    if (f.probe == "harness") harness.push_back(&f);
+    address = address || f.probe == "address";
+    replay_diff = replay_diff || f.probe == "replay_diff";
+  }
+  ASSERT_EQ(harness.size(), 1u);
+  EXPECT_NE(harness[0]->message.find("probe 'thrower'"), std::string::npos) << harness[0]->message;
+  EXPECT_NE(harness[0]->message.find("on_pwal_end"), std::string::npos) << harness[0]->message;
+  EXPECT_NE(harness[0]->message.find("the probe's own bug"), std::string::npos) << harness[0]->message;
+  EXPECT_EQ(harness[0]->pass, "observe");
+  EXPECT_EQ(harness[0]->cycle, 0);
+  // The lifecycle went on past the throw: the refit's PWAL reached the probe too, and the other
+  // probes' checks (the mutation's catches after the refit) ran.
+  EXPECT_EQ(thrower.calls, 2);
+  EXPECT_TRUE(address);
+  EXPECT_TRUE(replay_diff);
+  bool timed_replay = false;
+  for (const auto& m : r.measurements) timed_replay = timed_replay || m.tag == "gc/timing/replay";
+  EXPECT_TRUE(timed_replay);
 }
 
 TEST(MutationVerdicts, CreditOnlyFromTheProbesOwnPassesAndNetOfTheCleanRun) {

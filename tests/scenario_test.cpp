@@ -260,7 +260,7 @@ TEST(ScenarioPythonModel, ModuleSpecIsKeptAndErrorsNameThePlace) {
   const std::string tail = "}\ncapture: {batch_sizes: [1]}\n";
   EXPECT_EQ(parse_scenario_text(head + "\"pkg.mod:make\"" + tail, "s.yaml", catalog).fixture, "python:pkg.mod:make");
   for (const auto& [spec, message] : std::vector<std::pair<std::string, std::string>>{
-           {"\"pkg.mod\"", "'model.python' is \"pkg.mod\": write it as \"package.module:factory\""},
+           {"\"pkg.mod\"", "'model.python' is 'pkg.mod': write it as \"package.module:factory\""},
            {"\"pkg.mod:broken\"", "cannot load Python model 'pkg.mod:broken'"},
            {"\"a:b\", fixture: dsv4", "'model' names both a fixture and a Python model"}}) {
     try {

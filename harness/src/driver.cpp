@@ -23,7 +23,9 @@
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/safetensors.h"
+#include "passes/passes.h"
 #include "poison.h"
+#include "probe_event_name.h"
 #include "tensor_format.h"
 #include "tolerance.h"
 
@@ -307,7 +309,7 @@ class CloningStream final : public WeightStream {
 };
 
 // One pass of a scenario: its own model A, graphs and model B, and the probes of that pass.
-class PassRun final : public RunContext, public PassControl {
+class PassRun final : public RunContext {
  public:
   PassRun(Driver& driver, Pass pass, std::vector<Probe*> probes);
 
@@ -378,15 +380,11 @@ class PassRun final : public RunContext, public PassControl {
   [[nodiscard]] std::vector<NamedTensor> reference_tensors() override {
     return graphcheck::live_tensors(reference_model());
   }
-  [[nodiscard]] PassControl* control() override {
-    return m_pass == Pass::observe ? nullptr : static_cast<PassControl*>(this);
-  }
   void add_finding(Finding finding) override;
   void add_measurement(Measurement m) override;
 
-  // ---- PassControl --------------------------------------------------------------------------
-  [[nodiscard]] LifecycleModel& model() override { return *m_model; }
-  [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) override {
+  // ---- model calls, the driver's own --------------------------------------------------------
+  [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) {
     TensorList inputs =
         call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
     const c10::Device device = backend().device();  // the model's inputs live with the model
@@ -396,7 +394,7 @@ class PassRun final : public RunContext, public PassControl {
     return inputs;
   }
   // Copies: a model may return a preallocated output buffer that its next forward overwrites.
-  [[nodiscard]] TensorList eager(const TensorList& inputs) override {
+  [[nodiscard]] TensorList eager(const TensorList& inputs) {
     TensorList out = call_model(m_phase, "forward()", [&] {
       torch::NoGradGuard no_grad;
       return m_model->forward_all(inputs);
@@ -406,7 +404,7 @@ class PassRun final : public RunContext, public PassControl {
     }
     return out;
   }
-  void load_dummy(LifecycleModel& model, std::uint64_t seed) override {
+  void load_dummy(LifecycleModel& model, std::uint64_t seed) {
     FlagScope quiet(m_quiet);
     call_model(m_phase, "load_dummy_weights()", [&] {
       torch::NoGradGuard no_grad;
@@ -414,7 +412,9 @@ class PassRun final : public RunContext, public PassControl {
       return 0;
     });
   }
-  [[nodiscard]] TensorList replay(std::size_t index, const TensorList& inputs) override {
+  // Writes the inputs into the static buffers of graph `index`, replays, returns copies of the
+  // outputs.
+  [[nodiscard]] TensorList replay(std::size_t index, const TensorList& inputs) {
     CapturedGraph& graph = *m_graphs.at(index);
     write_inputs(graph, inputs);
     call_model(m_phase, "graph replay", [&] {
@@ -425,8 +425,9 @@ class PassRun final : public RunContext, public PassControl {
     for (const auto& t : graph.static_outputs()) out.push_back(t.clone());
     return out;
   }
-  [[nodiscard]] TensorList reference_forward(const TensorList& inputs) override;
-  void run_pwal(LifecycleModel& model) override {
+  // Model B's forward (B: a fresh model loaded with the weights A should hold now).
+  [[nodiscard]] TensorList reference_forward(const TensorList& inputs);
+  void run_pwal(LifecycleModel& model) {
     FlagScope quiet(m_quiet);
     call_model(m_phase, "process_weights_after_loading()", [&] {
       torch::NoGradGuard no_grad;
@@ -434,7 +435,8 @@ class PassRun final : public RunContext, public PassControl {
       return 0;
     });
   }
-  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) override;
+  // Another instance of the scenario's model with `config` (hooks unreported).
+  [[nodiscard]] std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config);
 
  private:
   // Where a load's tensors come from: a checkpoint file, or the weights model A holds (in memory).
@@ -454,7 +456,7 @@ class PassRun final : public RunContext, public PassControl {
   void refit_step(const CycleStep& step);
   void sleep_step(const CycleStep& step);
   LoadSource source_for(const CycleStep& step);
-  void load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket);
+  void load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket, bool first_of_refit = false);
   void eager_compare(std::int64_t batch_size);
   double measure_noise(const TensorList& inputs);
   void load_dummy();
@@ -470,6 +472,13 @@ class PassRun final : public RunContext, public PassControl {
   TensorList input_for(std::int64_t batch_size, int salt);
   void index_modules();
   std::string module_path(const void* module);
+  // The disturbing passes' work (passes/passes.h), each followed by its evidence event.
+  void census_fill(const LoadEvent& load);
+  void poison_fill(PoisonFillEvent::Kind kind, const CycleStep& step);
+  void idempotence_check();
+  void validate_capture(std::size_t index, const CaptureEvent& capture);
+  void coverage(std::size_t index, const CompareEvent& compare);
+  void growth();
   PhaseEvent event(Phase phase) const {
     PhaseEvent e;
     e.phase = phase;
@@ -491,7 +500,7 @@ class PassRun final : public RunContext, public PassControl {
     const std::size_t span = open_span(to_string(e.phase), e.cycle, e.batch_size);
     {
       HarnessTime t(m_harness_seconds);
-      for (Probe* p : m_probes) (p->*fn)(*this, e);
+      for (Probe* p : m_probes) deliver(p, fn, e);
     }
     m_windows.push_back({Clock::now(), m_harness_seconds, span});
   }
@@ -503,7 +512,7 @@ class PassRun final : public RunContext, public PassControl {
                            (m_harness_seconds - w.harness_at_start);
     {
       HarnessTime t(m_harness_seconds);
-      for (auto it = m_probes.rbegin(); it != m_probes.rend(); ++it) ((*it)->*fn)(*this, e);
+      for (auto it = m_probes.rbegin(); it != m_probes.rend(); ++it) deliver(*it, fn, e);
     }
     close_span(w.span);
     if (m_pass != Pass::observe) return;
@@ -517,7 +526,46 @@ class PassRun final : public RunContext, public PassControl {
     add_measurement(std::move(m));
   }
   void fire(void (Probe::*fn)(RunContext&)) {
-    for (Probe* p : m_probes) (p->*fn)(*this);
+    for (Probe* p : m_probes) deliver(p, fn);
+  }
+  // A single event (hooks, the passes' evidence), in probe order.
+  template <class Event>
+  void notify(void (Probe::*fn)(RunContext&, const Event&), const Event& e) {
+    HarnessTime t(m_harness_seconds);
+    for (Probe* p : m_probes) deliver(p, fn, e);
+  }
+  // The one place events reach probes. A probe that throws becomes a finding of probe "harness"
+  // naming it and the event, and the scenario goes on; the driver's own exceptions (model code
+  // reached through RunContext, user errors) keep their meaning.
+  template <class... Event>
+  void deliver(Probe* p, void (Probe::*fn)(RunContext&, const Event&...), const Event&... e) {
+    try {
+      (p->*fn)(*this, e...);
+    } catch (const ModelFailure&) {
+      throw;
+    } catch (const UserError&) {
+      throw;
+    } catch (const std::exception& ex) {
+      probe_threw(*p, fn, what_of(ex));
+    } catch (...) {
+      probe_threw(*p, fn, "an exception not derived from std::exception");
+    }
+  }
+  template <class Fn>
+  void probe_threw(const Probe& p, Fn fn, const std::string& what) {
+    const std::string probe = p.name();
+    Finding f;
+    f.probe = "harness";
+    f.phase = to_string(m_phase);
+    f.cycle = m_cycle;
+    f.batch_size = m_batch_size;
+    f.subject = fmt::format("probe '{}'", probe);
+    f.message = fmt::format(
+        "probe '{}' threw in {} ({} pass, phase {}, cycle {}): {}; that check of this event is "
+        "lost and the scenario went on: fix the probe",
+        probe, event_name(fn), to_string(m_pass), to_string(m_phase), m_cycle, what);
+    f.evidence = {{"probe", probe}, {"event", event_name(fn)}, {"error", what}};
+    add_finding(std::move(f));
   }
 
   struct Window {
@@ -881,13 +929,16 @@ void PassRun::hook(const void* module, std::string_view hook) {
   event.hook = std::string(hook);
   event.phase = m_phase;
   event.cycle = m_cycle;
-  for (Probe* p : m_probes) p->on_hook(*this, event);
+  for (Probe* p : m_probes) deliver(p, &Probe::on_hook, event);
 }
 
 void PassRun::run() {
   m_started = true;  // on_scenario_end runs even when a probe's begin throws
   fire(&Probe::on_scenario_begin);
-  if (m_pass == Pass::growth) return;  // its probes do their work at scenario begin
+  if (m_pass == Pass::growth) {  // no lifecycle: the growth reruns only
+    if (scenario().dummy_growth) growth();
+    return;
+  }
   lifecycle();
 }
 
@@ -960,6 +1011,7 @@ void PassRun::lifecycle() {
       }
       e.graph = &m_views.back();
       end(&Probe::on_capture_end, e);
+      if (m_pass == Pass::validate) validate_capture(m_graphs.size() - 1, e);
     }
     m_batch_size = 0;
     if (m_spec.replays) replay_all();
@@ -1107,6 +1159,7 @@ void PassRun::refit_step(const CycleStep& step) {
   const LoadSource source = source_for(step);
   PhaseEvent e = event(Phase::refit);
   begin(&Probe::on_refit_begin, e);
+  if (m_pass == Pass::poison && scenario().poison.before_refit) poison_fill(PoisonFillEvent::Kind::before_refit, step);
   const auto stage = [&] {
     call_model(Phase::refit, "stage_for_refit()", [&] {
       torch::NoGradGuard no_grad;
@@ -1127,13 +1180,14 @@ void PassRun::refit_step(const CycleStep& step) {
     // The loader stages once per refit, before the first bucket (DESIGN §1.4); a chunked reload
     // calls the whole loader per bucket.
     if (i == 0 || step.pwal_per_bucket) stage();
-    load(/*refit=*/true, source, buckets[i]);
+    load(/*refit=*/true, source, buckets[i], /*first_of_refit=*/i == 0);
     if (step.pwal_per_bucket) finish();
   }
   if (!step.pwal_per_bucket) finish();
   m_held.clear();
   m_phase = Phase::refit;
   end(&Probe::on_refit_end, e);
+  if (m_pass == Pass::poison) poison_fill(PoisonFillEvent::Kind::orphans, step);
 }
 
 namespace {
@@ -1221,7 +1275,7 @@ void PassRun::sleep_step(const CycleStep& step) {
   if (step.loads) refit_step(step);
 }
 
-void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket) {
+void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket, bool first_of_refit) {
   m_phase = Phase::load;
   const auto wanted = [&](const std::string& name) {
     if (!bucket.names.empty()) return bucket.names.count(name) > 0;
@@ -1265,6 +1319,13 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
                                 fmt::join(bucket.only, ", "), e.source));
   }
   begin(&Probe::on_load_begin, e);
+  if (m_pass == Pass::census) census_fill(e);
+  if (m_pass == Pass::poison && refit && first_of_refit && !scenario().poison.staged.empty()) {
+    // A chunked reload stages per bucket and runs PWAL between them: the staged check is made
+    // for refits staged once (the model's staging of later chunks is not known here).
+    const CycleStep* step = cycle_step(m_cycle);
+    if (step && !step->pwal_per_bucket) poison_fill(PoisonFillEvent::Kind::staged, *step);
+  }
   RecordingStream::Reread reread;
   if (!source.tensors) {
     reread = [path = source.path](const std::string& name) {
@@ -1296,6 +1357,7 @@ void PassRun::load_dummy() {
   e.format = LoadFormat::dummy;
   e.source = fmt::format("dummy weights (seed {})", m_driver.seed());
   begin(&Probe::on_load_begin, e);
+  if (m_pass == Pass::census) census_fill(e);
   call_model(Phase::load, "load_dummy_weights()", [&] {
     torch::NoGradGuard no_grad;
     m_model->load_dummy_weights(m_driver.seed());
@@ -1356,6 +1418,7 @@ void PassRun::pwal() {
     return 0;
   });
   end(&Probe::on_pwal_end, e);
+  if (m_pass == Pass::idempotence) idempotence_check();
 }
 
 void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
@@ -1446,6 +1509,14 @@ void PassRun::replay_all() {
     });
     r.replay_outputs = graph.static_outputs();
     end(&Probe::on_replay_end, r);
+    if (m_pass == Pass::poison && passes::holds_nan(r.replay_outputs)) {
+      ReplayNanEvent n;
+      static_cast<PhaseEvent&>(n) = r;
+      n.graph = r.graph;
+      n.replay_outputs = r.replay_outputs;
+      n.reference_outputs = reference_forward(graph.static_inputs());
+      notify(&Probe::on_replay_nan, n);
+    }
 
     m_phase = Phase::compare;
     CompareEvent c;
@@ -1471,6 +1542,7 @@ void PassRun::replay_all() {
       }
     }
     end(&Probe::on_compare_end, c);
+    if (m_pass == Pass::coverage) coverage(i, c);
   }
   m_batch_size = 0;
 }
@@ -1528,6 +1600,98 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
     return 0;
   });
   return model;
+}
+
+// ---- the disturbing passes' work (passes/passes.h) -------------------------------------------
+
+void PassRun::census_fill(const LoadEvent& load) {
+  CensusFillEvent f;
+  static_cast<PhaseEvent&>(f) = load;
+  f.load = &load;
+  passes::fill_census(load, checkpoint_layout(), f);
+  notify(&Probe::on_census_filled, f);
+}
+
+void PassRun::poison_fill(PoisonFillEvent::Kind kind, const CycleStep& step) {
+  PoisonFillEvent f;
+  static_cast<PhaseEvent&>(f) = event(kind == PoisonFillEvent::Kind::staged ? Phase::load : Phase::refit);
+  {
+    UncountedScope uncounted;
+    switch (kind) {
+      case PoisonFillEvent::Kind::before_refit:
+        passes::poison_before_refit(checkpoint_layout(), step.prefixes, f);
+        break;
+      case PoisonFillEvent::Kind::staged:
+        passes::poison_staged(checkpoint_layout(), scenario().poison.staged, step.prefixes, f);
+        break;
+      case PoisonFillEvent::Kind::orphans: passes::poison_orphans(m_views, live_tensors(), f); break;
+    }
+  }
+  notify(&Probe::on_poison_filled, f);
+}
+
+// A second PWAL right after the loader's must change nothing.
+void PassRun::idempotence_check() {
+  IdempotenceEvent f;
+  static_cast<PhaseEvent&>(f) = event(Phase::pwal);
+  f.before = passes::snapshot(graphcheck::live_tensors(*m_model));
+  run_pwal(*m_model);
+  f.after = passes::snapshot(graphcheck::live_tensors(*m_model));
+  notify(&Probe::on_idempotence_checked, f);
+}
+
+// Fresh inputs the graph never saw (other seeds, signs and scales), replayed and run eagerly.
+void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
+  ValidationEvent v;
+  static_cast<PhaseEvent&>(v) = capture;
+  v.graph = capture.graph;
+  const std::int64_t b = capture.batch_size;
+  for (const auto& [seed, scale] : passes::validation_inputs(scenario().seed, b)) {
+    ValidationReplay r;
+    r.seed = seed;
+    r.scale = scale;
+    TensorList inputs = make_inputs(b, seed);
+    for (auto& t : inputs) {
+      if (t.defined() && c10::isFloatingType(t.scalar_type())) t = t * scale;
+    }
+    r.replay_outputs = replay(index, inputs);
+    r.eager_outputs = eager(inputs);
+    // The differential's own tolerance, per output (dtype and magnitude of each).
+    for (const auto& t : r.eager_outputs) {
+      if (!t.defined() || t.numel() == 0 || !c10::isFloatingType(t.scalar_type())) continue;
+      const double magnitude = t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
+      r.tolerance = std::max(r.tolerance, replay_tolerance(backend().exact(), backend().min_tolerance(),
+                                                           noise_floor(b), t.scalar_type(), magnitude));
+    }
+    const bool agrees = passes::agree(r.replay_outputs, r.eager_outputs, r.tolerance);
+    v.replays.push_back(std::move(r));
+    if (!agrees) break;  // one input that shows it is enough
+  }
+  notify(&Probe::on_validation_replays, v);
+}
+
+void PassRun::coverage(std::size_t index, const CompareEvent& compare) {
+  CoverageEvent f;
+  static_cast<PhaseEvent&>(f) = compare;
+  passes::measure_coverage(
+      m_views[index], live_tensors(), compare,
+      [&] {
+        TensorList replayed = replay(index, compare.inputs);
+        TensorList eager_outputs = eager(compare.inputs);
+        return std::make_pair(std::move(replayed), std::move(eager_outputs));
+      },
+      f);
+  notify(&Probe::on_coverage_measured, f);
+}
+
+// Dummy loads of models grown through a config key (scenario dummy_growth).
+void PassRun::growth() {
+  GrowthEvent g;
+  g.phase = Phase::load;
+  passes::measure_growth(
+      scenario(), [&](const ModelConfig& config) { return construct_model(config); },
+      [&](LifecycleModel& model) { load_dummy(model, m_driver.seed()); }, g);
+  notify(&Probe::on_growth_measured, g);
 }
 
 std::unique_ptr<LifecycleModel> PassRun::construct_model(const ModelConfig& config) {

@@ -169,8 +169,15 @@ std::vector<CheckpointShard> stacked_shards(
 
 std::string CheckpointEntry::describe() const {
   if (!sharded) return fmt::format("'{}'", checkpoint);
-  return fmt::format("'{}' ({} {}..{} along dim {} of '{}')", checkpoint,
-                     dim == 0 ? "rows" : "slices", offset, offset + size - 1, dim, live);
+  const std::string expert = index >= 0 ? fmt::format(" of expert {}", index) : std::string();
+  return fmt::format("'{}' ({} {}..{} along dim {}{} of '{}')", checkpoint,
+                     dim == 0 ? "rows" : "slices", offset, offset + size - 1, dim, expert, live);
+}
+
+torch::Tensor CheckpointEntry::region_of(const torch::Tensor& live_tensor) const {
+  if (!sharded) return live_tensor;
+  const torch::Tensor within = index >= 0 ? live_tensor.select(0, index) : live_tensor;
+  return within.narrow(dim, offset, size);
 }
 
 std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
@@ -191,9 +198,17 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
       out.push_back(std::move(e));
       continue;
     }
-    std::vector<std::pair<std::int64_t, std::int64_t>> taken;
+    // The ranges taken so far, per expert (-1: the whole tensor).
+    std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> taken;
     for (const CheckpointShard* shard : it->second) {
-      const torch::Tensor& live = t.tensor;
+      if (shard->index >= 0 && (t.tensor.dim() < 2 || shard->index >= t.tensor.size(0))) {
+        throw ConfigError(fmt::format(
+            "checkpoint_mapping(): shard '{}' names expert {} of '{}', whose shape {} has no such "
+            "expert along dim 0: fix the index",
+            shard->checkpoint, shard->index, shard->live, shape_string(t.tensor.sizes())));
+      }
+      // Within the expert it selects, if it selects one.
+      const torch::Tensor live = shard->index >= 0 ? t.tensor.select(0, shard->index) : t.tensor;
       if (shard->dim < 0 || shard->dim >= live.dim() || shard->offset < 0 || shard->size <= 0 ||
           shard->offset + shard->size > live.size(shard->dim)) {
         throw ConfigError(fmt::format(
@@ -202,14 +217,17 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
             shard->checkpoint, shard->live, shard->size, shard->offset, shard->dim,
             shape_string(live.sizes())));
       }
-      for (const auto& [b, e] : taken) {
-        if (shard->offset < e && b < shard->offset + shard->size) {
+      for (const auto& [index, ranges] : taken) {
+        // A whole-tensor shard (-1) meets every expert's; experts meet only their own.
+        if (index != shard->index && index != -1 && shard->index != -1) continue;
+        for (const auto& [b, e] : ranges) {
+          if (shard->offset >= e || b >= shard->offset + shard->size) continue;
           throw ConfigError(fmt::format(
               "checkpoint_mapping(): shard '{}' overlaps another shard of '{}': fix the offsets",
               shard->checkpoint, shard->live));
         }
       }
-      taken.emplace_back(shard->offset, shard->offset + shard->size);
+      taken[shard->index].emplace_back(shard->offset, shard->offset + shard->size);
       CheckpointEntry e;
       e.checkpoint = shard->checkpoint;
       e.live = shard->live;
@@ -218,6 +236,7 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
       e.dim = shard->dim;
       e.offset = shard->offset;
       e.size = shard->size;
+      e.index = shard->index;
       out.push_back(std::move(e));
     }
   }

@@ -53,13 +53,16 @@ class ExpectedHook:
 @dataclass(frozen=True)
 class CheckpointShard:
     """Rows ``[offset, offset + size)`` along ``dim`` of live tensor ``live`` hold checkpoint
-    tensor ``checkpoint`` (vLLM's fused ``qkv_proj`` holding ``q_proj``, ``k_proj``, ``v_proj``)."""
+    tensor ``checkpoint`` (vLLM's fused ``qkv_proj`` holding ``q_proj``, ``k_proj``, ``v_proj``).
+    With ``index`` >= 0 the region lies in expert ``index`` of a fused experts tensor
+    (transformers' ``mlp.experts.gate_up_proj`` holding ``mlp.experts.3.up_proj.weight``)."""
 
     checkpoint: str
     live: str
     dim: int
     offset: int
     size: int
+    index: int = -1  # >= 0: expert ``index`` of a fused [experts, ...] tensor first, then the region
 
 
 def set_weight_attrs(tensor: torch.Tensor, attrs: dict[str, Any] | None) -> None:
@@ -183,7 +186,7 @@ class ModelAdapter:
         out = self.model.make_inputs(batch_size, seed)
         return _tensor_list(out, f"{type(self.model).__name__}.make_inputs()")
 
-    def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int]]:
+    def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int, int]]:
         mapping = getattr(self.model, "checkpoint_mapping", None)
         if callable(mapping):
             return [_shard_tuple(s) for s in mapping()]
@@ -261,16 +264,17 @@ def _tensor_list(value: Any, what: str) -> list[torch.Tensor]:
     raise ContractError(f"{what} returned {type(value).__name__}: return a tensor or a tuple of tensors")
 
 
-def _shard_tuple(s: Any) -> tuple[str, str, int, int, int]:
+def _shard_tuple(s: Any) -> tuple[str, str, int, int, int, int]:
     if isinstance(s, CheckpointShard):
-        return (s.checkpoint, s.live, s.dim, s.offset, s.size)
+        return (s.checkpoint, s.live, s.dim, s.offset, s.size, s.index)
     if isinstance(s, dict):
-        return (s["checkpoint"], s["live"], int(s.get("dim", 0)), int(s["offset"]), int(s["size"]))
-    checkpoint, live, dim, offset, size = s
-    return (str(checkpoint), str(live), int(dim), int(offset), int(size))
+        return (s["checkpoint"], s["live"], int(s.get("dim", 0)), int(s["offset"]), int(s["size"]),
+                int(s.get("index", -1)))
+    checkpoint, live, dim, offset, size, *index = s
+    return (str(checkpoint), str(live), int(dim), int(offset), int(size), int(index[0]) if index else -1)
 
 
-def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int]]:
+def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int, int]]:
     """vLLM's ``stacked_params_mapping`` ``(param_name, shard_name, shard_id)`` tuples, e.g.
     ``(".qkv_proj", ".q_proj", "q")``: every live parameter whose name holds ``param_name`` is
     split along dim 0 into its shards, in the order the mapping lists them. Shard sizes come from a
@@ -287,7 +291,7 @@ def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]
             offset = 0
             for shard_name, shard_id in shards:
                 size = int(sizes[shard_id]) if sizes else param.shape[0] // len(shards)
-                out.append((live.replace(param_name, shard_name, 1), live, 0, offset, size))
+                out.append((live.replace(param_name, shard_name, 1), live, 0, offset, size, -1))
                 offset += size
     return out
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-_PYTHON_MODEL = re.compile(r"^\s*model:.*\bpython\s*:", re.MULTILINE)
+# `model: {python: ...}` (flow style) or `model:` with an indented `python:` key (block style).
+_PYTHON_MODEL = re.compile(r"^model\s*:(.*\bpython\s*:|[^\S\n]*(#.*)?\n(([^\S\n]+.*|[^\S\n]*)\n)*?[^\S\n]+python\s*:)",
+                           re.MULTILINE)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -20,9 +20,10 @@ What the wrapper promises:
   (``lm_head.weight`` with ``tie_word_embeddings``) is the same ``nn.Parameter`` as its source,
   ``named_parameters()`` lists it once, and so does the checkpoint. Non-persistent buffers (rotary
   ``inv_freq``) are never in it. MoE experts are in the live fused layout
-  (``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, ``mlp.experts.down_proj`` ``[E, H, I]``); the
-  per-expert names ``save_pretrained()`` writes (``mlp.experts.{e}.gate_proj.weight``) are not
-  accepted: see ``checkpoint_mapping()``.
+  (``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, ``mlp.experts.down_proj`` ``[E, H, I]``), and the
+  checkpoint holds them per expert as ``save_pretrained()`` writes them
+  (``mlp.experts.{e}.gate_proj.weight``): each is a region of the fused tensor, see
+  ``checkpoint_mapping()``.
 * ``load_weights`` copies in place (``param.copy_``), never rebinds.
 * ``process_weights_after_loading`` runs the model's own one when it defines one; Hugging Face
   models have none, so it does nothing.
@@ -77,8 +78,11 @@ class HFModel(torch.nn.Module):
     rebind_target = "model.norm"
 
     def __init__(self, model: torch.nn.Module, seq_len: int = 8, vocab_size: int | None = None,
-                 rebind_target: str | None = None) -> None:
+                 rebind_target: str | None = None, checkpoint_layout: str = "save_pretrained") -> None:
         super().__init__()
+        if checkpoint_layout not in ("save_pretrained", "live"):
+            raise ValueError(f"checkpoint_layout is 'save_pretrained' or 'live', not '{checkpoint_layout}'")
+        self.checkpoint_layout = checkpoint_layout
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"HFModel wraps a torch.nn.Module (a transformers PreTrainedModel), "
                             f"not {type(model).__name__}")
@@ -132,17 +136,53 @@ class HFModel(torch.nn.Module):
         return aliases
 
     def checkpoint_mapping(self) -> list[graphcheck.CheckpointShard]:
-        """Identity: the checkpoint is the live ``state_dict()`` layout.
+        """The checkpoint layout against the live one.
 
-        transformers 5.x keeps MoE experts fused (``experts.gate_up_proj`` ``[E, 2I, H]``) while
-        ``save_pretrained()`` writes them per expert (``experts.{e}.gate_proj.weight`` ``[I, H]``,
-        ``up_proj`` ``[I, H]``, ``down_proj`` ``[H, I]``). A ``CheckpointShard`` is one slice
-        along one dim; expert ``e``'s ``gate_proj`` is ``gate_up_proj[e, :I, :]``, a slice along
-        two, so the per-expert layout cannot be declared and the fused one is used."""
-        return []
+        With ``checkpoint_layout="save_pretrained"`` (the default) the checkpoint is what
+        ``save_pretrained()`` writes: transformers keeps MoE experts fused in the live model
+        (``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, ``down_proj`` ``[E, H, I]``) and writes them
+        per expert (``mlp.experts.{e}.gate_proj.weight`` ``[I, H]``, ``up_proj``, ``down_proj``
+        ``[H, I]``; Mixtral: ``block_sparse_moe.experts.{e}.w1/w3/w2.weight`` and
+        ``block_sparse_moe.gate.weight``). Each per-expert tensor is a region of expert ``e`` of
+        the fused tensor. With ``checkpoint_layout="live"`` it is the live ``state_dict()``."""
+        if self.checkpoint_layout == "live":
+            return []
+        model_type = getattr(getattr(self.hf_model, "config", None), "model_type", "")
+        block, gate, up, down = _EXPERT_NAMES.get(model_type, _EXPERT_NAMES[""])
+        params = dict(self.named_parameters())
+        out: list[graphcheck.CheckpointShard] = []
+        for path, module in self.named_modules():
+            gate_up, down_proj = module._parameters.get("gate_up_proj"), module._parameters.get("down_proj")
+            if gate_up is None or down_proj is None or gate_up.dim() != 3 or down_proj.dim() != 3:
+                continue
+            saved = _rename_block(path, block)
+            rows = gate_up.shape[1] // 2
+            for e in range(gate_up.shape[0]):
+                out += [graphcheck.CheckpointShard(f"{saved}.{e}.{gate}.weight", f"{path}.gate_up_proj", 0, 0, rows, e),
+                        graphcheck.CheckpointShard(f"{saved}.{e}.{up}.weight", f"{path}.gate_up_proj", 0, rows, rows, e),
+                        graphcheck.CheckpointShard(f"{saved}.{e}.{down}.weight", f"{path}.down_proj", 0, 0,
+                                                   down_proj.shape[1], e)]
+            router = path.rsplit(".", 1)[0] + ".gate.weight"
+            if block != "mlp" and router in params:  # the renamed block's router: a rename
+                out.append(graphcheck.CheckpointShard(_rename_block(router, block), router, 0, 0,
+                                                      params[router].shape[0]))
+        return out
+
+    def _checkpoint_targets(self) -> dict[str, torch.Tensor]:
+        """Every checkpoint name with the live tensor or region it loads into."""
+        targets = self._targets()
+        shards = self.checkpoint_mapping()
+        params = dict(self.named_parameters())
+        for shard in shards:
+            live = params[shard.live]
+            within = live[shard.index] if shard.index >= 0 else live
+            targets[shard.checkpoint] = within.narrow(shard.dim, shard.offset, shard.size)
+        for shard in shards:
+            targets.pop(shard.live, None)
+        return targets
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        targets = self._targets()
+        targets = self._checkpoint_targets()
         aliases = self.tied_aliases()
         non_persistent = {n for n, _, kind in ModelAdapter._buffers(self, "", recurse=True)
                           if kind != PERSISTENT_BUFFER}
@@ -192,6 +232,19 @@ class HFModel(torch.nn.Module):
         ids = torch.randint(0, self.vocab_size, (int(batch_size), self.seq_len), generator=g, dtype=torch.long)
         device = next(iter(self.parameters()), torch.empty(0)).device
         return ids.to(device)
+
+
+# model_type -> (the MoE block's name in checkpoints, gate, up and down projection names).
+_EXPERT_NAMES = {"": ("mlp", "gate_proj", "up_proj", "down_proj"),
+                 "mixtral": ("block_sparse_moe", "w1", "w3", "w2")}
+
+
+def _rename_block(path: str, block: str) -> str:
+    """``model.layers.0.mlp.experts`` with the MoE block as checkpoints name it."""
+    if block == "mlp":
+        return path
+    head, sep, tail = path.rpartition(".mlp.")
+    return f"{head}.{block}.{tail}" if sep else path
 
 
 # ---- an experts kernel the emulated backend can capture ---------------------------------------

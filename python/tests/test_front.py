@@ -151,3 +151,54 @@ def test_cuda_backend_captures_the_python_forward():
     assert clean["backend"] == "cuda"
     mutated = graphcheck.check(Derived, backend="cuda", mutations=[REBIND])
     assert any(f["probe"] == "address" and "scale" in f["subject"] for f in mutated.findings), mutated.explain()
+
+
+HANG_MODEL = '''
+import time
+import torch
+
+class Hangs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4), requires_grad=False)
+    def load_weights(self, weights):
+        return graphcheck_default(self, weights)
+    def process_weights_after_loading(self):
+        time.sleep(120)
+    def forward(self, x):
+        return x * self.w
+    def make_inputs(self, batch_size, seed):
+        return torch.ones(batch_size, 4)
+
+def graphcheck_default(model, weights):
+    import graphcheck
+    return graphcheck.default_load_weights(model, weights)
+'''
+
+
+def test_ctrl_c_stops_the_run_with_reports_intact(repo, python_env, tmp_path):
+    import json
+    import signal
+    import time
+
+    (tmp_path / "hang.py").write_text(HANG_MODEL)
+    (tmp_path / "a_passes.yaml").write_text((repo / "python/tests/scenarios/derived.yaml").read_text()
+                                            .replace("../test_front.py", str(repo / "python/tests/test_front.py")))
+    (tmp_path / "b_hangs.yaml").write_text("scenario: py-hangs\nmodel: {python: \"hang.py:Hangs\"}\n"
+                                           "load: checkpoint\ncapture: {batch_sizes: [1]}\nchecks: [replay_diff]\n")
+    reports = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "graphcheck", "run", str(tmp_path), "--report-dir", str(reports)],
+                            env=python_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    report = reports / "graphcheck.json"
+    while time.time() < deadline:  # until the first scenario is on record
+        if report.exists() and json.loads(report.read_text() or "{}").get("scenarios"):
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is False and "SIGINT" in doc["incomplete_reason"], doc["incomplete_reason"]
+    assert [s["name"] for s in doc["scenarios"] if s["status"] == "passed"] == ["py-test-derived"], out

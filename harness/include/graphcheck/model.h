@@ -39,12 +39,18 @@ using TensorList = std::vector<torch::Tensor>;
 // tensor: rows [offset, offset + size) along `dim` of `live` hold checkpoint tensor `checkpoint`,
 // as vLLM's stacked_params_mapping stores q_proj/k_proj/v_proj in one qkv_proj. Every live tensor
 // no shard names is its own checkpoint tensor (identity).
+//
+// A fused-experts live tensor ([experts, rows, cols], as transformers' MoE `gate_up_proj`) holds
+// one checkpoint tensor per expert: `index` >= 0 first selects expert `index` along dim 0, and
+// dim/offset/size then address the region within it (`mlp.experts.3.up_proj.weight` is rows
+// I..2I-1 of expert 3 of `mlp.experts.gate_up_proj`; a whole expert is dim 0, offset 0, all rows).
 struct CheckpointShard {
   std::string checkpoint;  // "layers.0.attn.q_proj.weight"
   std::string live;        // "layers.0.attn.qkv_proj.weight"
   std::int64_t dim = 0;
   std::int64_t offset = 0;
   std::int64_t size = 0;
+  std::int64_t index = -1;  // >= 0: expert `index` along dim 0 first
 };
 
 // Consecutive shards of one live tensor along `dim`, in order: {{"q_proj.weight", 64},
@@ -60,6 +66,10 @@ struct CheckpointEntry {
   torch::Tensor region;    // the live tensor, or the view of its shard
   bool sharded = false;    // region is a shard of a larger live tensor
   std::int64_t dim = 0, offset = 0, size = 0;  // the shard, when sharded
+  std::int64_t index = -1;  // the expert along dim 0 first, when >= 0 (CheckpointShard::index)
+
+  // The same region of another tensor of the live tensor's shape (model B's, say).
+  [[nodiscard]] torch::Tensor region_of(const torch::Tensor& live_tensor) const;
 
   // "'layers.0.attn.q_proj.weight' (rows 0..63 of 'layers.0.attn.qkv_proj.weight')".
   [[nodiscard]] std::string describe() const;

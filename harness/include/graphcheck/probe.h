@@ -2,8 +2,9 @@
 // Probes observe the lifecycle and write findings and measurements into the scenario's record.
 // The driver calls begin events in probe order and end events in reverse order, so probes nest
 // like RAII guards. Probes never talk to reporters. Each probe runs in the passes it registers
-// for (a fresh instance per pass): observers in the observe pass, checks that disturb a run in a
-// pass of their own.
+// for (a fresh instance per pass). Probes only observe, in every pass: what disturbs a run (a
+// second PWAL, poison, perturbation, extra replays, growth reruns) is the work of a driver-owned
+// pass, which hands the probe its evidence as an event (on_idempotence_checked, ...).
 
 #include <torch/types.h>
 
@@ -121,6 +122,9 @@ struct CaptureEvent : PhaseEvent {
 struct ReplayEvent : PhaseEvent {
   const GraphView* graph = nullptr;
   TensorList replay_outputs;  // end only: the graph's static output buffers (not copies)
+  // End only, poison pass, when a floating replay output holds NaN: model B's forward on the
+  // graph's static inputs (else empty).
+  TensorList reference_outputs;
 };
 
 // After a replay: the same inputs run eagerly through the captured model A, and through model B.
@@ -145,31 +149,104 @@ struct HookEvent {
   int cycle = 0;
 };
 
-// What a disturbing pass may do; RunContext::control() gives it to probes of disturbing passes
-// only. Model failures thrown from here end the pass as a failed check, like the driver's own.
-class PassControl {
- public:
-  virtual ~PassControl() = default;
-  // This pass's model A.
-  [[nodiscard]] virtual LifecycleModel& model() = 0;
-  [[nodiscard]] virtual TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed) = 0;
-  [[nodiscard]] virtual TensorList eager(const TensorList& inputs) = 0;
-  // Writes the inputs into the static buffers of graph `index` (RunContext::graphs()), replays,
-  // returns copies of the outputs.
-  [[nodiscard]] virtual TensorList replay(std::size_t index, const TensorList& inputs) = 0;
-  // Model B's forward (B: a fresh model loaded with the weights A should hold now).
-  [[nodiscard]] virtual TensorList reference_forward(const TensorList& inputs) = 0;
-  virtual void run_pwal(LifecycleModel& model) = 0;
-  // model.load_dummy_weights(seed) (hooks unreported, failures as model failures).
-  virtual void load_dummy(LifecycleModel& model, std::uint64_t seed) = 0;
-  // Another instance of the scenario's model with `config` (hooks unreported).
-  [[nodiscard]] virtual std::unique_ptr<LifecycleModel> construct_model(const ModelConfig& config) = 0;
+// ---- evidence of the disturbing passes -------------------------------------------------------
+// Probes observe; passes act (DESIGN §2.2). What disturbs a run (a second PWAL, poison fills, the
+// coverage perturbation, capture-validation replays, growth reruns) is the driver's work, done in
+// the pass of the check that needs it; the probe receives what was done and measured as one of the
+// events below and judges it.
+
+// A tensor's identity and content at one moment (IdempotenceEvent).
+struct TensorState {
+  const void* address = nullptr;  // data_ptr(); nullptr without storage
+  std::vector<std::int64_t> sizes;
+  std::uint64_t fingerprint = 0;  // xxh3 of the bytes
+};
+
+// Idempotence pass, after every PWAL of the loader: the driver ran PWAL a second time.
+struct IdempotenceEvent : PhaseEvent {
+  std::map<std::string, TensorState> before;  // model A's live tensors before the second PWAL
+  std::map<std::string, TensorState> after;   // and after it
+};
+
+// Census pass, right after on_load_begin of every load: the driver poisoned every element the
+// load is expected to write (poison.h).
+struct CensusFillEvent : PhaseEvent {
+  const LoadEvent* load = nullptr;
+  // What was poisoned: each entry's region detached (the memory, not the tensor object).
+  std::vector<CheckpointEntry> poisoned;
+  std::int64_t bytes = 0;
+};
+
+// Poison pass: what the driver poisoned, and when.
+struct PoisonFillEvent : PhaseEvent {
+  enum class Kind {
+    before_refit,  // right after on_refit_begin (poison.poison_before_refit)
+    staged,        // right after on_load_begin of a refit's first load (poison.staged)
+    orphans,       // right after on_refit_end: read-set storages no live tensor references
+  };
+  Kind kind = Kind::before_refit;
+  std::vector<std::string> names;  // before_refit: checkpoint names poisoned
+  std::map<std::string, torch::Tensor> staged;  // staged: checkpoint name -> region poisoned
+  std::vector<std::string> unused_patterns;     // staged: poison.staged patterns matching nothing
+  std::vector<std::string> orphans;  // orphans: "'name', dtype [shape] at 0x..." per storage
+  std::int64_t tensors = 0;
+  std::int64_t bytes = 0;
+};
+
+// Poison pass, right after on_replay_end, when a floating replay output holds NaN: model B's
+// forward on the graph's static inputs, to tell poison from NaN the model computes itself.
+struct ReplayNanEvent : PhaseEvent {
+  const GraphView* graph = nullptr;
+  TensorList replay_outputs;     // the graph's static output buffers (not copies)
+  TensorList reference_outputs;  // eager(B) on the same inputs
+};
+
+// Coverage pass, right after on_compare_end of every graph's compare: the driver perturbed live
+// tensors in place around replays and eager runs (group bisection when replay = eager before any
+// perturbation, else one tensor at a time) and restored them.
+struct CoverageEvent : PhaseEvent {
+  const GraphView* graph = nullptr;
+  std::vector<std::string> uncovered;    // eager changed, replay did not
+  std::vector<std::string> replay_only;  // replay changed, eager did not
+  std::vector<std::string> partial;      // both changed, differently (baseline agreed)
+  std::string method;                    // "group bisection", "one tensor at a time (...)"
+  std::int64_t replays = 0;
+  std::int64_t tensors = 0;  // candidates (each storage region once)
+};
+
+// Validate pass, right after on_capture_end of every graph: the graph replayed on fresh inputs
+// and eager(A) on the same inputs. The driver stops after the first input whose replay differs
+// from eager beyond the tolerance (one that shows it is enough).
+struct ValidationReplay {
+  std::uint64_t seed = 0;  // make_inputs seed
+  double scale = 1;        // floating inputs scaled by
+  TensorList replay_outputs;
+  TensorList eager_outputs;
+  double tolerance = 0;  // the differential's, per output dtype and magnitude, the largest
+};
+struct ValidationEvent : PhaseEvent {
+  const GraphView* graph = nullptr;
+  std::vector<ValidationReplay> replays;
+};
+
+// Growth pass, right after on_scenario_begin: dummy loads (the model's load_dummy_weights()) of
+// models grown through a config key, writes counted per tensor (one per storage): in-place ops by
+// the version counter, writes past libtorch by content.
+struct GrowthPoint {
+  std::int64_t value = 0;
+  std::int64_t writes = 0;
+  std::int64_t tensors = 0;
+  double ms = 0;
+};
+struct GrowthEvent : PhaseEvent {
+  std::string key;
+  std::vector<GrowthPoint> points;
 };
 
 // What a probe sees of the running scenario. Implemented by the driver. In the observe pass it
-// is read-only: probes read events, tensors and the graphs' reads and write findings and
-// measurements; they never construct models or call model code (control() is nullptr), and they
-// must not write to the tensors they are shown.
+// is read-only in every pass: probes read events, tensors and the graphs' reads and write findings
+// and measurements; they never construct models or call model code, and they must not write to
+// the tensors they are shown (what disturbs a run is a pass's work: see the events above).
 class RunContext {
  public:
   virtual ~RunContext() = default;
@@ -206,8 +283,6 @@ class RunContext {
   // Model B's live tensors, by name: what A's tensors should hold now. Built by the driver once
   // per cycle, outside every measurement window. Empty when the pass builds no B.
   [[nodiscard]] virtual std::vector<NamedTensor> reference_tensors() = 0;
-  // nullptr in the observe pass.
-  [[nodiscard]] virtual PassControl* control() = 0;
   // Writing results. The driver stamps each finding with the pass.
   virtual void add_finding(Finding finding) = 0;
   virtual void add_measurement(Measurement measurement) = 0;
@@ -237,7 +312,9 @@ class RunContext {
   }
 };
 
-// Every event, declared in firing order. Implement all of them, or derive from EmptyProbe.
+// Every event, declared in firing order. Implement all of them, or derive from EmptyProbe. A probe
+// that throws (anything but the driver's own model failures) becomes a finding of probe
+// "harness" naming it and the event; the scenario goes on.
 class Probe {
  public:
   virtual ~Probe() = default;
@@ -279,6 +356,25 @@ class Probe {
   virtual void on_wake_end(RunContext& ctx, const SleepEvent& event) = 0;
   // Whenever model code announces a hook (GRAPHCHECK_HOOK), in any phase.
   virtual void on_hook(RunContext& ctx, const HookEvent& event) = 0;
+
+  // The disturbing passes' evidence (one event each, in probe order), in the order they can fire.
+  // No-op by default: only the probes of those passes need them.
+  // Growth pass, right after on_scenario_begin (no lifecycle follows).
+  virtual void on_growth_measured(RunContext&, const GrowthEvent&) {}
+  // Census pass, right after on_load_begin, before the load.
+  virtual void on_census_filled(RunContext&, const CensusFillEvent&) {}
+  // Idempotence pass, right after on_pwal_end.
+  virtual void on_idempotence_checked(RunContext&, const IdempotenceEvent&) {}
+  // Validate pass, right after on_capture_end.
+  virtual void on_validation_replays(RunContext&, const ValidationEvent&) {}
+  // Poison pass, right after on_replay_end, when a replay output holds NaN.
+  virtual void on_replay_nan(RunContext&, const ReplayNanEvent&) {}
+  // Coverage pass, right after on_compare_end of a graph.
+  virtual void on_coverage_measured(RunContext&, const CoverageEvent&) {}
+  // Poison pass: right after on_refit_begin (before_refit), after on_load_begin of a refit's
+  // first load (staged), after on_refit_end (orphans).
+  virtual void on_poison_filled(RunContext&, const PoisonFillEvent&) {}
+
   // After everything, also when the scenario stopped early on an exception.
   virtual void on_scenario_end(RunContext& ctx) = 0;
 };

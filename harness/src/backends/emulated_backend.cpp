@@ -35,7 +35,13 @@ constexpr const char* kHostSyncOps[] = {
     "aten::tolist",         "aten::nonzero_numpy"};
 
 struct HostSyncLog {
-  std::vector<std::string> ops;
+  std::vector<std::string> ops;  // "aten::item", or "aten::item (inside aten::index)"
+  // The ops of the forward's own calls (not those aten ops make inside), innermost last.
+  struct Frame {
+    std::string name;
+    bool shape_scalars = false;  // it takes a 0-dim shape-derived tensor (repeats = x.size(-1))
+  };
+  std::vector<Frame> stack;
 };
 thread_local HostSyncLog* t_host_sync_log = nullptr;
 
@@ -68,28 +74,65 @@ bool shape_derived(const torch::jit::Value* value, std::set<const torch::jit::Va
   return true;
 }
 
-bool reads_shape_only(const at::RecordFunction& fn) {
+bool is_shape_value(const c10::IValue& input) {
   const auto state = torch::jit::tracer::getTracingState();
-  if (!state) return false;
-  const auto inputs = fn.inputs();
-  if (inputs.empty() || !inputs[0].isTensor()) return false;
-  const c10::IValue& input = inputs[0];
-  if (!state->hasValue(input)) return false;
+  if (!state || !input.isTensor() || !state->hasValue(input)) return false;
   std::set<const torch::jit::Value*> seen;
   return shape_derived(state->getValue(input), seen, 0);
 }
 
-std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
-  if (!t_host_sync_log) return nullptr;
-  const char* name = fn.name();
-  for (const char* op : kHostSyncOps) {
-    if (std::strcmp(name, op) == 0) {
-      if (reads_shape_only(fn)) break;  // Note [Shape-derived host reads]
-      t_host_sync_log->ops.emplace_back(name);
-      break;
+bool reads_shape_only(const at::RecordFunction& fn) {
+  const auto inputs = fn.inputs();
+  return !inputs.empty() && is_shape_value(inputs[0]);
+}
+
+// An op of the forward's own that takes a 0-dim tensor which is a shape (a Python int under the
+// tracer): what its kernel reads back to the host is that shape, not device data. E.g.
+// `h.repeat_interleave(x.size(-1), dim=0)` takes the Tensor overload under the tracer, and its
+// kernel calls aten::item on the repeats; a CUDA capture runs the int overload, which reads
+// nothing back.
+bool takes_shape_scalar(const at::RecordFunction& fn) {
+  for (const c10::IValue& input : fn.inputs()) {
+    if (input.isTensor() && input.toTensor().defined() && input.toTensor().dim() == 0 && is_shape_value(input)) {
+      return true;
     }
   }
+  return false;
+}
+
+// Ops whose CPU kernels read a value back to the host where the CUDA kernel reads nothing (the
+// host read is the CPU implementation's, not the model's): their nested host syncs are no
+// capture problem.
+constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
+
+bool is_host_sync_op(const char* name) {
+  for (const char* op : kHostSyncOps) {
+    if (std::strcmp(name, op) == 0) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
+  HostSyncLog* log = t_host_sync_log;
+  if (!log) return nullptr;
+  const char* name = fn.name();
+  const bool top = log->stack.empty();
+  if (is_host_sync_op(name)) {
+    if (top) {
+      if (!reads_shape_only(fn)) log->ops.emplace_back(name);  // Note [Shape-derived host reads]
+    } else {
+      const HostSyncLog::Frame& outer = log->stack.front();
+      bool exempt = outer.shape_scalars || reads_shape_only(fn);
+      for (const char* op : kCudaNoSyncOps) exempt = exempt || outer.name == op;
+      if (!exempt) log->ops.push_back(fmt::format("{} (inside {})", name, outer.name));
+    }
+  }
+  log->stack.push_back({name, top && takes_shape_scalar(fn)});
   return nullptr;
+}
+
+void on_op_exit(const at::RecordFunction&, at::ObserverContext*) {
+  if (t_host_sync_log && !t_host_sync_log->stack.empty()) t_host_sync_log->stack.pop_back();
 }
 
 // Watches the ops run on this thread while it lives.
@@ -97,7 +140,7 @@ class HostSyncObserver {
  public:
   explicit HostSyncObserver(HostSyncLog& log)
       : m_handle(at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_op_enter).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
+            at::RecordFunctionCallback(&on_op_enter, &on_op_exit).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
     t_host_sync_log = &log;
   }
   ~HostSyncObserver() {

@@ -2,8 +2,8 @@
 // the same code as A, so a loader bug that is the same in every load (a narrow() off by one that
 // never writes a shard's last row) gives replay(A) = eager(A) = eager(B). The census sees it: in a
 // pass of its own, right before every load (the initial checkpoint or dummy load, each refit,
-// each bucket; after stage_for_refit()), every element that load is expected to write is
-// poisoned: the region of each checkpoint tensor the load streams (checkpoint_layout(): a shard
+// each bucket; after stage_for_refit()), the driver poisons every element that load is expected
+// to write (passes/fills.cpp, CensusFillEvent): the region of each checkpoint tensor the load streams (checkpoint_layout(): a shard
 // of a fused live tensor is just its rows), or every tensor of the layout for a dummy load. After
 // the load, the elements still holding the poison are noted; after the load's PWAL (or when the
 // next step begins, if none runs) those that still hold it are a finding naming the tensor, the
@@ -51,11 +51,11 @@ class CensusProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "census"; }
 
-  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
-    if (ctx.pass() != Pass::census) return;
+  // The driver poisoned what the load should write (passes/fills.cpp), right before the load.
+  void on_census_filled(RunContext& ctx, const CensusFillEvent& fill) override {
+    if (ctx.pass() != Pass::census || !fill.load) return;
+    const LoadEvent& e = *fill.load;
     const std::string load = describe(e);
-    std::set<std::string> expected(e.expected.begin(), e.expected.end());
-    std::int64_t tensors = 0, bytes = 0;
     std::map<std::string, std::optional<double>> dummy_values;
     if (e.format == LoadFormat::dummy) {
       // The region's live tensor carries the attributes.
@@ -64,24 +64,15 @@ class CensusProbe final : public EmptyProbe {
         dummy_values[live.name] = a ? a->dummy_weight_value : std::nullopt;
       }
     }
-    for (auto& entry : ctx.checkpoint_layout()) {
-      if (e.format == LoadFormat::checkpoint && !expected.count(entry.checkpoint)) continue;
-      const torch::Tensor& t = entry.region;
-      if (!t.defined() || t.numel() == 0 || t.scalar_type() == torch::kBool || !t.has_storage()) continue;
+    for (const CheckpointEntry& entry : fill.poisoned) {
       Poisoned p;
       p.load = load;
       if (auto it = dummy_values.find(entry.live); it != dummy_values.end()) p.dummy_value = it->second;
-      fill_poison(t);
-      ++tensors;
-      bytes += static_cast<std::int64_t>(t.nbytes());
-      p.entry = std::move(entry);
-      // The memory poisoned, not the tensor object: a PWAL that frees or rebinds the parameter
-      // (set_data) must not change what is checked.
-      p.entry.region = p.entry.region.detach();
+      p.entry = entry;  // its region is the memory poisoned, detached from the tensor object
       m_pending.push_back(std::move(p));
     }
-    ctx.measure(e, "gc/census/poisoned_tensors", static_cast<double>(tensors), "tensors");
-    ctx.measure(e, "gc/census/poisoned_bytes", static_cast<double>(bytes), "bytes");
+    ctx.measure(e, "gc/census/poisoned_tensors", static_cast<double>(fill.poisoned.size()), "tensors");
+    ctx.measure(e, "gc/census/poisoned_bytes", static_cast<double>(fill.bytes), "bytes");
   }
 
   void on_load_end(RunContext& ctx, const LoadEvent& e) override {

@@ -3,8 +3,9 @@
 // load (checkpoint, dummy, each refit) on a module it covers, ran out of the declared order, ran
 // inside forward or replay, or when a second process_weights_after_loading() changes any
 // tensor's content (xxHash fingerprint) or address (not idempotent). The ledger runs in the
-// observe pass; the idempotence check reruns PWAL, so it runs in a pass of its own (on its own
-// model instance, after the loader's PWAL of every load).
+// observe pass; the idempotence check needs a second PWAL, which the driver runs in a pass of its
+// own (on its own model instance, after the loader's PWAL of every load) and hands over as
+// snapshots before and after (IdempotenceEvent).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,7 +16,6 @@
 #include <map>
 #include <optional>
 
-#include "fingerprint.h"
 #include "glob.h"
 #include "graphcheck/probe.h"
 #include "tensor_format.h"
@@ -33,12 +33,6 @@ struct Window {
   std::string kind;  // checkpoint | dummy | refit
   int cycle = 0;
   std::vector<Call> calls;
-};
-
-struct TensorState {
-  const void* address = nullptr;
-  std::vector<std::int64_t> sizes;
-  std::uint64_t fingerprint = 0;
 };
 
 bool inside_forward(Phase phase) {
@@ -89,16 +83,12 @@ class HooksProbe final : public EmptyProbe {
     if (m_window) m_window->calls.push_back({e.module_path, e.hook});
   }
 
-  // Idempotence (the idempotence pass): a second PWAL right after the loader's must change
-  // nothing.
-  void on_pwal_end(RunContext& ctx, const PhaseEvent& e) override {
-    PassControl* control = ctx.control();
-    if (ctx.pass() != Pass::idempotence || !control) return;
-    LifecycleModel& model = control->model();
-    const auto before = snapshot(model);
-    control->run_pwal(model);
-    const auto after = snapshot(model);
-    for (const auto& [name, b] : before) {
+  // Idempotence (the idempotence pass): the driver ran a second PWAL right after the loader's;
+  // it must change nothing.
+  void on_idempotence_checked(RunContext& ctx, const IdempotenceEvent& e) override {
+    if (ctx.pass() != Pass::idempotence) return;
+    const auto& after = e.after;
+    for (const auto& [name, b] : e.before) {
       auto it = after.find(name);
       std::string what;
       std::vector<std::pair<std::string, std::string>> evidence = {{"tensor", name}};
@@ -134,16 +124,6 @@ class HooksProbe final : public EmptyProbe {
   void on_scenario_end(RunContext&) override { m_window.reset(); }
 
  private:
-  static std::map<std::string, TensorState> snapshot(LifecycleModel& model) {
-    std::map<std::string, TensorState> out;
-    for (const auto& t : live_tensors(model)) {
-      if (!t.tensor.defined()) continue;
-      out[t.name] = {t.tensor.has_storage() ? t.tensor.data_ptr() : nullptr, t.tensor.sizes().vec(),
-                     fingerprint(t.tensor)};
-    }
-    return out;
-  }
-
   void close_window(RunContext& ctx) {
     if (!m_window || ctx.pass() != Pass::observe) return;
     const Window w = std::move(*m_window);

@@ -1,8 +1,9 @@
 // init_count: counts the dummy loader's writes per tensor. Fails when a parameter or persistent
 // buffer is initialised other than exactly once, a non-persistent buffer is touched at all, or a
 // tensor that declares dummy_weight_value (or that the scenario's dummy_constants names) does not
-// hold exactly that value after the load. With the scenario option dummy_growth, it re-runs the
-// dummy load at several config values (e.g. depth) and reports writes and time against them.
+// hold exactly that value after the load. With the scenario option dummy_growth, the driver's
+// growth pass re-runs the dummy load at several config values (e.g. depth) and the probe reports
+// writes and time against them (GrowthEvent).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,13 +11,12 @@
 #include <torch/types.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <set>
 
-#include "fingerprint.h"
 #include "glob.h"
 #include "graphcheck/probe.h"
+#include "write_count.h"
 
 namespace graphcheck {
 namespace {
@@ -33,39 +33,13 @@ std::pair<std::int64_t, std::int64_t> mismatches(const torch::Tensor& t, double 
   return {count, first};
 }
 
-// How many in-place writes a tensor has taken: its version counter, which every in-place op
-// (fill_, copy_, uniform_, ...) bumps, and its content, for writes made past libtorch (a memcpy
-// through data_ptr() bumps nothing). Tensors over one storage share a version counter and are
-// counted together.
-struct WriteState {
-  std::int64_t version = -1;  // -1: no version counter (an inference tensor)
-  std::uint64_t fingerprint = 0;
-};
-
-WriteState write_state(const torch::Tensor& t) {
-  WriteState s;
-  try {
-    s.version = static_cast<std::int64_t>(t._version());
-  } catch (const c10::Error&) {
-    s.version = -1;
-  }
-  s.fingerprint = fingerprint(t);
-  return s;
-}
-
-// Writes between two states: the version delta, or 1 when only the content shows a write.
-std::int64_t writes_between(const WriteState& before, const WriteState& after) {
-  const std::int64_t versions = before.version >= 0 && after.version >= 0 ? after.version - before.version : 0;
-  if (versions > 0) return versions;
-  return before.fingerprint != after.fingerprint ? 1 : 0;
-}
-
 class InitCountProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "init_count"; }
 
-  void on_scenario_begin(RunContext& ctx) override {
-    if (ctx.pass() == Pass::growth && ctx.control() && ctx.scenario().dummy_growth) growth(ctx);
+  // The growth pass: the driver's dummy loads of grown models (passes/growth.cpp).
+  void on_growth_measured(RunContext& ctx, const GrowthEvent& g) override {
+    if (ctx.pass() == Pass::growth) growth(ctx, g);
   }
 
   void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
@@ -208,44 +182,25 @@ class InitCountProbe final : public EmptyProbe {
 
   // The growth pass: dummy loads (the model's own load_dummy_weights()) of models grown through a
   // config key, writes counted as in the observe pass.
-  void growth(RunContext& ctx) {
-    const Scenario::Growth& g = *ctx.scenario().dummy_growth;
-    PassControl& control = *ctx.control();
+  void growth(RunContext& ctx, const GrowthEvent& g) {
     LoadEvent e;
     e.phase = Phase::load;
     e.format = LoadFormat::dummy;
     std::vector<std::pair<std::string, std::string>> table;
     bool flat = true;
-    for (std::int64_t value : g.values) {
-      ModelConfig config = ctx.scenario().config;
-      config.set(g.key, value, fmt::format("{}: dummy_growth", ctx.scenario().file));
-      std::unique_ptr<LifecycleModel> model = control.construct_model(config);
-      // One tensor per storage: names over one storage (tied weights) share their writes.
-      std::vector<NamedTensor> tensors;
-      {
-        std::set<const void*> storages;
-        for (auto& t : checkpoint_tensors(*model)) {
-          const void* key = t.tensor.has_storage() ? t.tensor.storage().unsafeGetStorageImpl() : nullptr;
-          if (!key || storages.insert(key).second) tensors.push_back(std::move(t));
-        }
-      }
-      std::vector<WriteState> before;
-      for (const auto& t : tensors) before.push_back(write_state(t.tensor));
-      const auto start = std::chrono::steady_clock::now();
-      control.load_dummy(*model, ctx.seed());
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      std::int64_t writes = 0;
-      for (std::size_t i = 0; i < tensors.size(); ++i) writes += writes_between(before[i], write_state(tensors[i].tensor));
-      flat = flat && writes == static_cast<std::int64_t>(tensors.size());
-      const std::string prefix = fmt::format("gc/init_count/growth/{}={}", g.key, value);
+    for (const GrowthPoint& point : g.points) {
+      const std::int64_t writes = point.writes;
+      const std::int64_t tensors = point.tensors;
+      const double ms = point.ms;
+      flat = flat && writes == tensors;
+      const std::string prefix = fmt::format("gc/init_count/growth/{}={}", g.key, point.value);
       measure(ctx, e, prefix + "/writes", static_cast<double>(writes), "writes");
-      measure(ctx, e, prefix + "/tensors", static_cast<double>(tensors.size()), "tensors");
+      measure(ctx, e, prefix + "/tensors", static_cast<double>(tensors), "tensors");
       measure(ctx, e, prefix + "/ms", ms, "ms");
-      table.push_back({fmt::format("{}={}", g.key, value),
+      table.push_back({fmt::format("{}={}", g.key, point.value),
                        fmt::format("{} writes for {} tensors ({:.2f} writes/tensor), {:.3f} ms",
-                                   writes, tensors.size(),
-                                   static_cast<double>(writes) / std::max<std::size_t>(1, tensors.size()), ms)});
+                                   writes, tensors,
+                                   static_cast<double>(writes) / std::max<std::int64_t>(1, tensors), ms)});
     }
     if (!flat) {
       add(ctx, e, fmt::format("dummy load cost against {}", g.key),

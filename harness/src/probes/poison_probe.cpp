@@ -14,9 +14,10 @@
 //  - After the wake of a sleep cycle (and the reload a level-2 wake is followed by), every tensor
 //    a captured graph reads must no longer hold the sleep's discard poison: nothing kept,
 //    restored or recomputed it (a buffer the engine does not save, an undeclared tensor).
-// Patterns and survivor counting: poison.h. The probe's own work is kept out of the memory
-// probe's counts (UncountedScope). It disturbs the run, so it runs in a pass of its own (DESIGN
-// §2.2): nothing it poisons reaches another check's verdict.
+// Patterns and survivor counting: poison.h. The fills are the driver's, in the poison pass
+// (passes/fills.cpp, PoisonFillEvent; DESIGN §2.2): nothing poisoned reaches another check's
+// verdict. The probe counts survivors and judges; its own work is kept out of the memory probe's
+// counts (UncountedScope).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -47,67 +48,39 @@ class PoisonProbe final : public EmptyProbe {
  public:
   [[nodiscard]] std::string name() const override { return "poison"; }
 
-  void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override {
+  void on_refit_begin(RunContext&, const PhaseEvent&) override {
     m_staged.clear();
-    m_staged_cycle = -1;
     m_before.clear();
     m_orphans.clear();
     m_staged_survivors = false;
     m_streamed.clear();
     m_unstreamed.clear();
-    const Scenario& s = ctx.scenario();
-    if (!s.poison.before_refit) return;
-    UncountedScope uncounted;
-    const CycleStep* step = ctx.cycle_step(e.cycle);
-    const std::vector<std::string> prefixes = step ? step->prefixes : std::vector<std::string>{};
-    std::int64_t tensors = 0, bytes = 0;
-    for (auto& entry : ctx.checkpoint_layout()) {
-      if (!prefixes.empty() && !matches_any_prefix(entry.checkpoint, prefixes)) continue;
-      const torch::Tensor& t = entry.region;
-      if (!t.defined() || t.numel() == 0 || t.scalar_type() == torch::kBool) continue;
-      fill_poison(t);
-      m_before.push_back(entry.checkpoint);
-      ++tensors;
-      bytes += static_cast<std::int64_t>(t.nbytes());
-    }
-    ctx.measure(e, "gc/poison/poisoned_before_refit/tensors", static_cast<double>(tensors), "tensors");
-    ctx.measure(e, "gc/poison/poisoned_before_refit/bytes", static_cast<double>(bytes), "bytes");
   }
 
-  void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
-    const Scenario& s = ctx.scenario();
-    if (!e.refit || s.poison.staged.empty() || m_staged_cycle == e.cycle) return;
-    // A chunked reload stages per bucket and runs PWAL between them: the staged check is made
-    // for refits staged once (the model's staging of later chunks is not known here).
-    if (const CycleStep* step = ctx.cycle_step(e.cycle); step && step->pwal_per_bucket) return;
-    // The first load of this refit: stage_for_refit() has just registered the staging tensors.
-    m_staged_cycle = e.cycle;
-    UncountedScope uncounted;
-    // Only what this refit streams: staging tensors of layers a partial refit leaves out may be
-    // aliases of live storage.
-    const CycleStep* step = ctx.cycle_step(e.cycle);
-    const std::vector<std::string> prefixes = step ? step->prefixes : std::vector<std::string>{};
-    std::set<std::string> used;
-    std::int64_t bytes = 0;
-    for (auto& entry : ctx.checkpoint_layout()) {
-      bool match = false;
-      for (const auto& pattern : s.poison.staged) {
-        if (path_matches(pattern, entry.checkpoint) || path_matches(pattern, entry.live)) {
-          used.insert(pattern);
-          match = true;
-        }
-      }
-      if (!prefixes.empty() && !matches_any_prefix(entry.checkpoint, prefixes)) continue;
-      const torch::Tensor& t = entry.region;
-      if (!match || !t.defined() || t.scalar_type() == torch::kBool) continue;
-      fill_poison(t);
-      bytes += static_cast<std::int64_t>(t.nbytes());
-      m_staged.emplace(entry.checkpoint, t);
+  // What the driver poisoned (passes/fills.cpp): before a refit, a refit's staging tensors right
+  // after stage_for_refit(), orphaned read-set storages after a refit.
+  void on_poison_filled(RunContext& ctx, const PoisonFillEvent& e) override {
+    switch (e.kind) {
+      case PoisonFillEvent::Kind::before_refit:
+        m_before = e.names;
+        ctx.measure(e, "gc/poison/poisoned_before_refit/tensors", static_cast<double>(e.tensors), "tensors");
+        ctx.measure(e, "gc/poison/poisoned_before_refit/bytes", static_cast<double>(e.bytes), "bytes");
+        break;
+      case PoisonFillEvent::Kind::staged: staged(ctx, e); break;
+      case PoisonFillEvent::Kind::orphans:
+        for (const auto& what : e.orphans) m_orphans.push_back({what});
+        ctx.measure(e, "gc/poison/orphaned_storages_poisoned", static_cast<double>(m_orphans.size()), "storages");
+        ctx.measure(e, "gc/poison/orphaned_bytes_poisoned", static_cast<double>(e.bytes), "bytes");
+        break;
     }
+  }
+
+  void staged(RunContext& ctx, const PoisonFillEvent& e) {
+    const Scenario& s = ctx.scenario();
+    m_staged = e.staged;
     ctx.measure(e, "gc/poison/staged/tensors", static_cast<double>(m_staged.size()), "tensors");
-    ctx.measure(e, "gc/poison/staged/bytes", static_cast<double>(bytes), "bytes");
-    for (const auto& pattern : s.poison.staged) {
-      if (used.count(pattern)) continue;
+    ctx.measure(e, "gc/poison/staged/bytes", static_cast<double>(e.bytes), "bytes");
+    for (const auto& pattern : e.unused_patterns) {
       ctx.fail(name(), e, pattern,
                fmt::format("poison.staged pattern '{}' matches no tensor of the checkpoint layout "
                            "after stage_for_refit() in refit cycle {}, so nothing was poisoned: "
@@ -156,7 +129,6 @@ class PoisonProbe final : public EmptyProbe {
     m_staged.clear();  // also when no PWAL ran: never keep the model's staging buffers alive
     UncountedScope uncounted;
     check_before_refit(ctx, e);
-    poison_orphans(ctx, e);
   }
 
   void on_wake_end(RunContext&, const SleepEvent& e) override {
@@ -245,13 +217,12 @@ class PoisonProbe final : public EmptyProbe {
     }
   }
 
-  void on_replay_end(RunContext& ctx, const ReplayEvent& e) override {
-    check_woken(ctx, e);
-    PassControl* control = ctx.control();
-    if (!control) return;
+  void on_replay_end(RunContext& ctx, const ReplayEvent& e) override { check_woken(ctx, e); }
+
+  // A replay output holds NaN: the driver ran model B on the same inputs.
+  void on_replay_nan(RunContext& ctx, const ReplayNanEvent& e) override {
     UncountedScope uncounted;
-    TensorList reference;
-    bool have_reference = false;
+    const TensorList& reference = e.reference_outputs;
     std::int64_t count = 0, first = -1, elements = 0, output = -1;
     for (std::size_t i = 0; i < e.replay_outputs.size(); ++i) {
       const torch::Tensor& out = e.replay_outputs[i];
@@ -259,10 +230,6 @@ class PoisonProbe final : public EmptyProbe {
       torch::Tensor nan = out.isnan().flatten();
       if (!nan.any().item<bool>()) continue;
       // NaN that model B computes as well is the model's own arithmetic, not poison.
-      if (!have_reference) {
-        reference = control->reference_forward(e.graph->graph->static_inputs());
-        have_reference = true;
-      }
       if (i < reference.size() && reference[i].sizes() == out.sizes()) {
         nan = nan.logical_and(reference[i].isnan().flatten().logical_not());
       }
@@ -365,7 +332,7 @@ class PoisonProbe final : public EmptyProbe {
       torch::Tensor expected;
       auto ref = expected_live.find(entry.live);
       if (ref != expected_live.end() && ref->second.defined()) {
-        expected = entry.sharded ? ref->second.narrow(entry.dim, entry.offset, entry.size) : ref->second;
+        expected = entry.region_of(ref->second);
       }
       const Survivors s = count_survivors(entry.region, expected);
       if (s.count == 0) continue;
@@ -380,38 +347,7 @@ class PoisonProbe final : public EmptyProbe {
     m_before.clear();
   }
 
-  void poison_orphans(RunContext& ctx, const PhaseEvent& e) {
-    // Only storages the backend keeps alive (GraphRead::held): poisoning by address what a CUDA
-    // graph reads would write into freed allocator blocks.
-    const AddressIndex live(ctx.live_tensors());
-    std::set<const c10::StorageImpl*> done;
-    // A storage also read as integers or bools (a packed buffer) is left alone as a whole.
-    for (const GraphView& graph : ctx.graphs()) {
-      for (const ResolvedRead& r : graph.reads) {
-        if (r.read.held && !poisonable(r.read.dtype)) done.insert(r.read.held.unsafeGetStorageImpl());
-      }
-    }
-    std::int64_t bytes = 0;
-    for (const GraphView& graph : ctx.graphs()) {
-      for (const ResolvedRead& r : graph.reads) {
-        const c10::StorageImpl* impl = r.read.held ? r.read.held.unsafeGetStorageImpl() : nullptr;
-        // Named at capture (an unnamed read is the address probe's finding), and a dtype whose
-        // poison reads as garbage rather than as an index: float (NaN) or byte payloads.
-        if (!impl || r.name.empty() || !poisonable(r.read.dtype) || done.count(impl)) continue;
-        if (live.resolve(r.read.address, r.read.bytes)) continue;  // still live
-        done.insert(impl);
-        fill_storage(r.read.held, poison_byte(r.read.dtype));
-        bytes += static_cast<std::int64_t>(r.read.held.nbytes());
-        m_orphans.push_back({fmt::format("'{}', {} {} at {}", r.name, c10::toString(r.read.dtype),
-                                         shape_string(r.read.sizes), address_string(r.read.address))});
-      }
-    }
-    ctx.measure(e, "gc/poison/orphaned_storages_poisoned", static_cast<double>(m_orphans.size()), "storages");
-    ctx.measure(e, "gc/poison/orphaned_bytes_poisoned", static_cast<double>(bytes), "bytes");
-  }
-
   std::map<std::string, torch::Tensor> m_staged;  // this refit's staging tensors, by name
-  int m_staged_cycle = -1;
   bool m_staged_survivors = false;
   std::vector<std::string> m_before;  // names poisoned before this refit
   std::vector<Orphan> m_orphans;      // poisoned after the last refit
