@@ -188,9 +188,12 @@ class PyModel final : public gc::LifecycleModel {
   // see it as growth).
   ~PyModel() override {
     py::gil_scoped_acquire gil;
+    // A full collection costs tens of milliseconds: only when the model outlives its last
+    // reference, i.e. a cycle keeps it.
+    py::object alive = py::module_::import("weakref").attr("ref")(m_adapter.get().attr("model"));
     m_catalog.release();
     m_adapter.reset();
-    py::module_::import("gc").attr("collect")();
+    if (!alive().is_none()) py::module_::import("gc").attr("collect")();
   }
   PyModel(const PyModel&) = delete;
   PyModel& operator=(const PyModel&) = delete;
