@@ -23,11 +23,12 @@ from . import _C
 from ._check import CheckFailed, Record, check
 from ._cli import main
 from ._model import (CheckpointShard, ContractError, ExpectedHook, ModelAdapter, default_load_weights,
-                     set_weight_attrs)
+                     default_weight_loader, load_tensor, set_weight_attrs)
 
 __all__ = [
     "CheckFailed", "CheckpointShard", "ContractError", "ExpectedHook", "ModelAdapter", "Record",
-    "check", "default_load_weights", "enabled", "hook", "main", "mutation", "set_weight_attrs",
+    "check", "default_load_weights", "default_weight_loader", "enabled", "hook", "load_tensor", "main",
+    "mutation", "set_weight_attrs",
 ]
 
 

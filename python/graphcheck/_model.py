@@ -229,10 +229,31 @@ class ModelAdapter:
         return [(str(n), t) for n, t in items]
 
 
+def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+    """vLLM's ``default_weight_loader``: an in-place copy, so that every address a captured graph
+    holds stays valid. A shape or dtype mismatch is an error naming both."""
+    if param.shape != loaded_weight.shape or param.dtype != loaded_weight.dtype:
+        raise ValueError(f"checkpoint tensor is {tuple(loaded_weight.shape)} {loaded_weight.dtype}, "
+                         f"the parameter {tuple(param.shape)} {param.dtype}: regenerate the checkpoint "
+                         "for this config, or fix the model's shapes")
+    with torch.no_grad():
+        param.copy_(loaded_weight)
+
+
+def load_tensor(name: str, param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+    """Loads checkpoint tensor ``name`` into ``param`` in place, through ``param.weight_loader``
+    when it has one (``set_weight_attrs``), else :func:`default_weight_loader`."""
+    loader = getattr(param, "weight_loader", None) or default_weight_loader
+    try:
+        with torch.no_grad():
+            loader(param, loaded_weight)
+    except ValueError as e:
+        raise ValueError(f"checkpoint tensor '{name}': {e}") from None
+
+
 def default_load_weights(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
     """A loader for models that have no mapping of their own: each streamed tensor is loaded into
-    the parameter or persistent buffer of that name, in place, through its ``weight_loader`` when
-    it has one (vLLM's ``default_weight_loader`` otherwise)."""
+    the parameter or persistent buffer of that name with :func:`load_tensor`."""
     params = dict(model.named_parameters())
     params.update({n: b for n, b, kind in ModelAdapter._buffers(model, "", recurse=True) if kind == PERSISTENT_BUFFER})
     loaded = set()
@@ -240,16 +261,7 @@ def default_load_weights(model: torch.nn.Module, weights: Iterable[tuple[str, to
         if name not in params:
             raise KeyError(f"checkpoint tensor '{name}' names no parameter or persistent buffer of "
                            f"{type(model).__name__}")
-        param = params[name]
-        loader = getattr(param, "weight_loader", None)
-        with torch.no_grad():
-            if loader is not None:
-                loader(param, tensor)
-            else:
-                if param.shape != tensor.shape:
-                    raise ValueError(f"checkpoint tensor '{name}' has shape {tuple(tensor.shape)}, "
-                                     f"the model's has {tuple(param.shape)}")
-                param.copy_(tensor)
+        load_tensor(name, params[name], tensor)
         loaded.add(name)
     return loaded
 

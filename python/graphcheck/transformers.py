@@ -39,7 +39,7 @@ import torch
 
 import graphcheck
 
-from ._model import PERSISTENT_BUFFER, ModelAdapter
+from ._model import PERSISTENT_BUFFER, ModelAdapter, load_tensor
 
 try:  # the optional dependency: the module imports without it, the factories say what is missing
     import transformers as _hf
@@ -199,14 +199,7 @@ class HFModel(torch.nn.Module):
                                        f"{type(self.hf_model).__name__}: checkpoints never carry it")
                     raise KeyError(f"checkpoint tensor '{name}' names no parameter or persistent buffer "
                                    f"of {type(self.hf_model).__name__}")
-                loader = getattr(param, "weight_loader", None)
-                if loader is not None:
-                    loader(param, tensor)
-                else:
-                    if param.shape != tensor.shape:
-                        raise ValueError(f"checkpoint tensor '{name}' has shape {tuple(tensor.shape)}, "
-                                         f"the model's has {tuple(param.shape)}")
-                    param.copy_(tensor)
+                load_tensor(name, param, tensor)
                 loaded.add(name)
         return loaded
 
