@@ -217,9 +217,15 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
             shard->checkpoint, shard->live, shard->size, shard->offset, shard->dim,
             shape_string(live.sizes())));
       }
+      // Offsets of whole-tensor shards and of expert shards count along different dims.
+      if (!taken.empty() && (taken.count(-1) > 0) != (shard->index == -1)) {
+        throw ConfigError(fmt::format(
+            "checkpoint_mapping(): shard '{}' of '{}' mixes shards of whole experts' rows with "
+            "shards of the whole tensor: give every shard of it an expert index, or none",
+            shard->checkpoint, shard->live));
+      }
       for (const auto& [index, ranges] : taken) {
-        // A whole-tensor shard (-1) meets every expert's; experts meet only their own.
-        if (index != shard->index && index != -1 && shard->index != -1) continue;
+        if (index != shard->index) continue;  // experts meet only their own
         for (const auto& [b, e] : ranges) {
           if (shard->offset >= e || b >= shard->offset + shard->size) continue;
           throw ConfigError(fmt::format(

@@ -332,6 +332,9 @@ std::vector<std::size_t> run_in_process(const std::vector<Job>& jobs, const Runn
 }  // namespace
 
 void install_stop_handlers() {
+  // A process that runs the CLI more than once (graphcheck.check() in a test session) starts
+  // each run unstopped.
+  g_stop_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);

@@ -39,12 +39,12 @@ def hook(module: torch.nn.Module, name: str) -> None:
     _C.hook(module, name)
 
 
-def mutation(name: str, description: str, owner: str = "python") -> str:
+def mutation(name: str, description: str) -> str:
     """Registers a mutation (a toggle that re-introduces one known bug) and returns its name.
-    Call it at import time of the model's module; scenarios list it under ``mutations:``.
-    Registering the same name twice with the same description is harmless (a module imported
-    again); with another one it is an error."""
-    _C.add_mutation(name, owner, description)
+    Call it at import time of the model's module; scenarios list it under ``mutations:``, and it
+    can act on any Python model. Registering the same name twice with the same description is
+    harmless (a module imported again); with another one it is an error."""
+    _C.add_mutation(name, "python", description)
     return name
 
 

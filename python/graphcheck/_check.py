@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 import uuid
 from pathlib import Path
@@ -83,6 +84,8 @@ def _run(scenario_file: str, args: Iterable[str]) -> Record:
         report = os.path.join(out, "graphcheck.json")
         code = main(["run", scenario_file, "--no-isolate", "--report-dir", out, "--json", report,
                      "--junit", "-", "--markdown", "-", "--html", "-", "--trace", "-", *args])
+        if code == 128 + signal.SIGINT:  # Ctrl-C stopped the run: stop the caller too
+            raise KeyboardInterrupt
         if not os.path.exists(report):
             raise RuntimeError(f"graphcheck exited {code} and wrote no report for {scenario_file}")
         doc = json.loads(Path(report).read_text())
@@ -114,7 +117,9 @@ def check(model: torch.nn.Module | Callable[..., torch.nn.Module] | str,
 
     token = uuid.uuid4().hex
     if isinstance(model, str):
-        spec = model
+        # A model file is relative to where the caller is, not to the temporary scenario.
+        module, sep, factory_name = model.rpartition(":")
+        spec = f"{os.path.abspath(module)}{sep}{factory_name}" if module.endswith(".py") else model
     else:
         if isinstance(model, torch.nn.Module):
             instance = model

@@ -23,6 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for s, handler in saved.items():
             if handler is not None:
-                signal.signal(s, handler)
+                try:
+                    signal.signal(s, handler)
+                except ValueError:  # not the main thread: Python's handlers were never replaced there
+                    pass
     sys.stdout.flush()
     return code

@@ -36,10 +36,17 @@ def _load_module(module: str):
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
+        # The file imports its sibling modules as a script would (`from helpers import x`).
+        folder = os.path.dirname(path)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
         try:
             spec.loader.exec_module(mod)
         except BaseException:
             del sys.modules[name]
+            if added:
+                sys.path.remove(folder)
             raise
         return mod
     return importlib.import_module(module)

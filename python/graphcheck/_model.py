@@ -154,7 +154,13 @@ class ModelAdapter:
         return getattr(tensor, "dummy_weight_value", None), getattr(tensor, "weight_loader", None)
 
     def to(self, device: str) -> None:
+        """Parameters and buffers by ``Module.to`` (in place: identities survive), and every plain
+        tensor the catalog found, in place too (``t.data = ...``), so that the forward does not mix
+        devices."""
         self.model.to(device)
+        for _, tensor, _ in self.extra_tensors():
+            if tensor.device != torch.device(device):
+                tensor.data = tensor.data.to(device)
 
     # ---- the lifecycle -----------------------------------------------------------------------
 
@@ -289,17 +295,28 @@ def _shard_tuple(s: Any) -> tuple[str, str, int, int, int, int]:
 def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int, int]]:
     """vLLM's ``stacked_params_mapping`` ``(param_name, shard_name, shard_id)`` tuples, e.g.
     ``(".qkv_proj", ".q_proj", "q")``: every live parameter whose name holds ``param_name`` is
-    split along dim 0 into its shards, in the order the mapping lists them. Shard sizes come from a
-    ``shard_sizes`` dict on the parameter ({shard_id: rows}) when it has one, else equal parts."""
+    split along dim 0 into its shards, in the order the mapping lists them. The rows of each shard
+    come from a ``shard_sizes`` dict on the parameter ({shard_id: rows}), else from its layer's
+    ``output_sizes`` (vLLM's merged linears, in mapping order), else equal parts, which only
+    integer shard ids (``gate_up_proj``'s 0 and 1) may use: q/k/v sizes differ under GQA."""
     groups: dict[str, list[tuple[str, Any]]] = {}
     for param_name, shard_name, shard_id in stacked:
         groups.setdefault(param_name, []).append((shard_name, shard_id))
     out = []
+    modules = dict(model.named_modules())
     for live, param in model.named_parameters():
         for param_name, shards in groups.items():
             if param_name not in live:
                 continue
             sizes = getattr(param, "shard_sizes", None)
+            layer_sizes = getattr(modules.get(live.rpartition(".")[0]), "output_sizes", None)
+            if sizes is None and layer_sizes is not None and len(layer_sizes) == len(shards):
+                sizes = {shard_id: n for (_, shard_id), n in zip(shards, layer_sizes)}
+            if sizes is None and not all(isinstance(i, int) for _, i in shards):
+                raise ContractError(
+                    f"stacked_params_mapping splits '{live}' into {[n for n, _ in shards]}, whose row "
+                    "counts graphcheck cannot tell: set param.shard_sizes = {shard_id: rows} (or the "
+                    "layer's output_sizes), or return checkpoint_mapping() instead")
             offset = 0
             for shard_name, shard_id in shards:
                 size = int(sizes[shard_id]) if sizes else param.shape[0] // len(shards)

@@ -54,8 +54,7 @@ __all__ = ["HFModel", "REBIND_AFTER_REFIT", "STATIC_EXPERTS", "from_config", "ti
 REBIND_AFTER_REFIT = graphcheck.mutation(
     "hf.rebind_parameter_after_refit",
     "HFModel's PWAL replaces model.norm.weight with a new nn.Parameter on every call but the "
-    "first (after a refit): the captured graph keeps reading the old storage",
-    owner="python")
+    "first (after a refit): the captured graph keeps reading the old storage")
 
 
 def _require_transformers() -> Any:
@@ -155,6 +154,8 @@ class HFModel(torch.nn.Module):
             gate_up, down_proj = module._parameters.get("gate_up_proj"), module._parameters.get("down_proj")
             if gate_up is None or down_proj is None or gate_up.dim() != 3 or down_proj.dim() != 3:
                 continue
+            if getattr(module, "is_transposed", False) or module._parameters.get("gate_up_proj_bias") is not None:
+                continue  # [E, H, 2I] kernels (GPT-OSS) and fused biases: kept in the live layout
             saved = _rename_block(path, block)
             rows = gate_up.shape[1] // 2
             for e in range(gate_up.shape[0]):

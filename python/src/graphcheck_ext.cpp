@@ -11,7 +11,9 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -163,16 +165,27 @@ class PyCatalog final : public gc::TensorCatalog {
 struct WeightIterator {
   gc::WeightStream* stream = nullptr;
   std::string source;
+  // What the stream threw (a truncated checkpoint, a shape the file cannot hold): rethrown as it
+  // was once load_weights() returns, so that it keeps its meaning (a user error, exit 2) whatever
+  // model code did with the Python exception that stood for it.
+  std::exception_ptr error;
   py::tuple next() {
     if (!stream) {
       throw py::value_error("graphcheck: this weights iterator belongs to a load_weights() call that "
                             "has returned (" + source + "): consume the weights inside load_weights()");
     }
     std::optional<gc::NamedTensor> item;
+    std::string what;
     {
       py::gil_scoped_release release;  // the stream reads files
-      item = stream->next();
+      try {
+        item = stream->next();
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        what = e.what();
+      }
     }
+    if (error) throw py::value_error("graphcheck: the weight stream failed: " + what);
     if (!item) throw py::stop_iteration();
     return py::make_tuple(item->name, item->tensor);
   }
@@ -188,12 +201,22 @@ class PyModel final : public gc::LifecycleModel {
   // see it as growth).
   ~PyModel() override {
     py::gil_scoped_acquire gil;
-    // A full collection costs tens of milliseconds: only when the model outlives its last
-    // reference, i.e. a cycle keeps it.
-    py::object alive = py::module_::import("weakref").attr("ref")(m_adapter.get().attr("model"));
-    m_catalog.release();
-    m_adapter.reset();
-    if (!alive().is_none()) py::module_::import("gc").attr("collect")();
+    try {
+      // A full collection costs tens of milliseconds: only when a module outlives the model's
+      // last reference, i.e. a cycle keeps it (vLLM's: a parameter whose weight_loader is bound
+      // to its own layer).
+      py::list alive;
+      py::object ref = py::module_::import("weakref").attr("ref");
+      for (const auto& item : m_adapter.get().attr("modules")()) alive.append(ref(item.cast<py::tuple>()[1]));
+      tensor_attributes() = gc::TensorAttributes();  // the weight_loader wrappers hold Python objects
+      m_catalog.release();
+      m_adapter.reset();
+      bool cycle = false;
+      for (const auto& r : alive) cycle = cycle || !r().is_none();
+      if (cycle) py::module_::import("gc").attr("collect")();
+    } catch (...) {
+      // Nothing may leave a destructor; a failed collection only delays the memory's release.
+    }
   }
   PyModel(const PyModel&) = delete;
   PyModel& operator=(const PyModel&) = delete;
@@ -210,7 +233,14 @@ class PyModel final : public gc::LifecycleModel {
         WeightIterator& it;
         ~Invalidate() { it.stream = nullptr; }
       } invalidate{*it};
-      auto names = m_adapter.get().attr("load_weights")(iterator).cast<std::vector<std::string>>();
+      std::vector<std::string> names;
+      try {
+        names = m_adapter.get().attr("load_weights")(iterator).cast<std::vector<std::string>>();
+      } catch (py::error_already_set&) {
+        if (it->error) std::rethrow_exception(it->error);
+        throw;
+      }
+      if (it->error) std::rethrow_exception(it->error);
       return std::set<std::string>(names.begin(), names.end());
     });
   }

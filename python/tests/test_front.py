@@ -3,6 +3,7 @@ Python exceptions, idiomatic Python that must not be flagged, and the CLI."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ class Derived(torch.nn.Module):
     """A projection with a derived per-column scale that PWAL refreshes in place."""
 
     def __init__(self, hidden: int = 16, pwal_raises: bool = False, shape_branch: bool = False,
-                 item_branch: bool = False):
+                 item_branch: bool = False, rand_branch: bool = False, mask_assign: bool = False):
         super().__init__()
         self.proj = torch.nn.Linear(hidden, hidden, bias=False)
         self.proj.weight.requires_grad_(False)
@@ -28,6 +29,8 @@ class Derived(torch.nn.Module):
         self.pwal_raises = pwal_raises
         self.shape_branch = shape_branch
         self.item_branch = item_branch
+        self.rand_branch = rand_branch
+        self.mask_assign = mask_assign
 
     def load_weights(self, weights):
         return graphcheck.default_load_weights(self, weights)
@@ -48,6 +51,11 @@ class Derived(torch.nn.Module):
             y = y * 2
         if self.item_branch and self.proj.weight.sum().item() > 0:  # a host sync of data
             y = y * 3
+        if self.rand_branch and torch.rand(1).item() > 2:  # a host sync of a fresh tensor
+            y = y * 5
+        if self.mask_assign:  # nonzero on the data inside index_put_, whatever the value
+            y = y.clone()
+            y[y > 0] = x.shape[0]
         return y
 
     def make_inputs(self, batch_size, seed):
@@ -88,6 +96,44 @@ def test_item_on_data_is_a_host_sync():
     record = graphcheck.check(Derived, scenario={"config": {"item_branch": True}})
     assert not record.passed
     assert any("host sync" in f["message"] and "aten::item" in f["message"] for f in record.findings), record.explain()
+
+
+@pytest.mark.parametrize("config", [{"rand_branch": True}, {"mask_assign": True}], ids=["rand-item", "mask-assign"])
+def test_host_syncs_near_shapes_are_still_host_syncs(config):
+    record = graphcheck.check(Derived, scenario={"config": config})
+    assert not record.passed
+    assert any("host sync" in f["message"] for f in record.findings), record.explain()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device: the move of plain tensors (set_data) is CPU to CUDA; "
+                           "meta tensors cannot stand in (set_data refuses another tensor type)")
+def test_device_move_takes_the_plain_tensors_along():
+    adapter = graphcheck.ModelAdapter(Derived(), "test")
+    adapter.to("cuda")
+    devices = {name: t.device.type for name, t, _ in adapter.registered_tensors() + adapter.extra_tensors()}
+    assert set(devices.values()) == {"cuda"}, devices
+    assert {"scale", "cache.0", "inv_freq", "proj.weight"} <= set(devices)
+
+
+def test_a_truncated_checkpoint_is_a_user_error_for_python_models_too(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x40\x00\x00\x00\x00\x00\x00\x00{\"proj.weight\": {\"dtype\": \"F32\"")
+    record = graphcheck.check(Derived, scenario={"checkpoint": str(bad)})
+    assert record.exit_code == 2, record.explain()
+
+
+def test_model_files_import_their_siblings_and_resolve_from_the_caller(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "helpers.py").write_text("HIDDEN = 8\n")
+    (tmp_path / "models" / "mine.py").write_text(
+        "from helpers import HIDDEN\n"
+        "from test_front import Derived\n"
+        "def make():\n    return Derived(hidden=HIDDEN)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    record = graphcheck.check("models/mine.py:make")
+    assert record.passed, record.explain()
 
 
 def test_check_failed_message_shows_evidence():

@@ -154,11 +154,6 @@ class LifecycleModel {
   // model implements it; the engine reads it only through catalog().
   virtual torch::nn::Module& module();
 
-  // Everything the engine knows of the model's tensors and modules. The default is a
-  // ModuleCatalog over module(), extra_tensors() and tensor_attributes(); a front whose models
-  // are not torch::nn::Modules (Python) overrides it instead of module().
-  virtual TensorCatalog& catalog();
-
   // Checkpoint path: consume a stream of (name, tensor) and return the names it loaded. Must load
   // in place (copy_) so that addresses baked into captured graphs stay valid. Most models call
   // load_module_weights(*this, weights).
@@ -213,6 +208,12 @@ class LifecycleModel {
 
   // The hooks this model promises to run (GRAPHCHECK_HOOK announces each call).
   [[nodiscard]] virtual std::vector<ExpectedHook> expected_hooks() const { return {}; }
+
+  // Everything the engine knows of the model's tensors and modules. The default is a
+  // ModuleCatalog over module(), extra_tensors() and tensor_attributes(); a front whose models
+  // are not torch::nn::Modules (Python) overrides it instead of module(). (Last among the
+  // virtuals, so that the vtable slots of the others are where they were before it.)
+  virtual TensorCatalog& catalog();
 
   [[nodiscard]] TensorAttributes& tensor_attributes() { return m_attributes; }
   [[nodiscard]] const TensorAttributes& tensor_attributes() const { return m_attributes; }

@@ -60,7 +60,6 @@ bool shape_derived(const torch::jit::Value* value, std::set<const torch::jit::Va
       kind == c10::aten::dim) {
     return true;
   }
-  if (kind == c10::prim::Param) return false;  // a graph input: data
   if (kind == c10::prim::Constant) {
     if (!node->hasAttribute(c10::attr::value) || node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
       return true;  // a number, a list of numbers, none
@@ -68,6 +67,17 @@ bool shape_derived(const torch::jit::Value* value, std::set<const torch::jit::Va
     const torch::Tensor t = node->t(c10::attr::value);
     return t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number();  // a Python scalar, not a model tensor
   }
+  // Scalar arithmetic and comparisons on shapes, and the conversions between numbers and 0-dim
+  // tensors. Anything else (a graph input, a model tensor, a factory such as aten::rand or
+  // aten::empty, a reduction) is data.
+  static const std::set<c10::Symbol> kShapeArithmetic = {
+      c10::prim::NumToTensor, c10::aten::Int,       c10::aten::Float,     c10::aten::ScalarImplicit,
+      c10::aten::add,         c10::aten::sub,       c10::aten::mul,       c10::aten::div,
+      c10::aten::floor_divide, c10::aten::floordiv, c10::aten::remainder, c10::aten::neg,
+      c10::aten::eq,          c10::aten::ne,        c10::aten::lt,        c10::aten::le,
+      c10::aten::gt,          c10::aten::ge,        c10::aten::__and__,   c10::aten::__or__,
+      c10::aten::min,         c10::aten::max,       c10::prim::ListConstruct, c10::prim::TupleConstruct};
+  if (!kShapeArithmetic.count(kind)) return false;
   for (const torch::jit::Value* input : node->inputs()) {
     if (!shape_derived(input, seen, depth + 1)) return false;
   }
@@ -86,12 +96,18 @@ bool reads_shape_only(const at::RecordFunction& fn) {
   return !inputs.empty() && is_shape_value(inputs[0]);
 }
 
-// An op of the forward's own that takes a 0-dim tensor which is a shape (a Python int under the
-// tracer): what its kernel reads back to the host is that shape, not device data. E.g.
-// `h.repeat_interleave(x.size(-1), dim=0)` takes the Tensor overload under the tracer, and its
-// kernel calls aten::item on the repeats; a CUDA capture runs the int overload, which reads
-// nothing back.
+// Ops that take an int which the tracer turns into a 0-dim tensor when it is a shape, and whose
+// kernel then reads it back: `h.repeat_interleave(x.size(-1), dim=0)` takes the Tensor overload
+// under the tracer, and its kernel calls aten::item on the repeats; a CUDA capture runs the int
+// overload, which reads nothing back. Other ops' nested host reads stay findings, whatever
+// scalars they take (`y[mask] = x.shape[0]` still runs nonzero on the mask).
+constexpr const char* kShapeScalarOps[] = {"aten::repeat_interleave"};
+
+// One of kShapeScalarOps, given a 0-dim tensor that is a shape.
 bool takes_shape_scalar(const at::RecordFunction& fn) {
+  bool listed = false;
+  for (const char* op : kShapeScalarOps) listed = listed || std::strcmp(fn.name(), op) == 0;
+  if (!listed) return false;
   for (const c10::IValue& input : fn.inputs()) {
     if (input.isTensor() && input.toTensor().defined() && input.toTensor().dim() == 0 && is_shape_value(input)) {
       return true;
