@@ -17,10 +17,14 @@ build="${GRAPHCHECK_SANITIZE_BUILD_DIR:-build-asan}"
 generator=()
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
 # -O1 -g1: ASan's usual optimisation, and line tables for its stack traces at little compile cost.
+# -DNDEBUG as libtorch's own build has it: some libtorch classes change layout without it
+# (at::RecordFunction holds a debug-only member before its inputs), so code compiled without it
+# reads the wheel's objects at the wrong offsets (the emulated backend's host-sync observer reads
+# RecordFunction::inputs()).
 # No CUDA kernels (nvcc takes no host sanitizer flags), no benchmarks, and no Python front (an
 # instrumented extension cannot load into an uninstrumented interpreter without LD_PRELOAD).
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DGRAPHCHECK_SANITIZE=address,undefined \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DGRAPHCHECK_SANITIZE=address,undefined \
   -DGRAPHCHECK_CUDA=OFF -DGRAPHCHECK_BUILD_BENCHMARKS=OFF -DGRAPHCHECK_PYTHON_FRONT=OFF >/dev/null
 cmake --build "$build" --parallel "$(cores)"
 
