@@ -21,9 +21,9 @@
 
 #include "address_index.h"
 #include "fingerprint.h"
-#include "graphcheck/backend.h"
+#include "graphcheck/engine/backend.h"
 #include "graphcheck/model.h"
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 #include "poison.h"
 #include "synthetic_fill.h"
 

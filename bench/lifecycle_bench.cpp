@@ -25,10 +25,10 @@
 #include <set>
 
 #include "graphcheck/checkpoint.h"
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace gc = graphcheck;
 

@@ -17,9 +17,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 #include "graphcheck/probe.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace gc = graphcheck;
 

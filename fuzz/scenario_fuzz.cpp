@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "glob.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace gc = graphcheck;
 

@@ -6,11 +6,12 @@
 // FP8 block scaling: weight [N, K] in float8_e4m3fn, one float32 weight_scale_inv per
 // block x block tile; dequantised value = float(q) * scale_inv[n / block][k / block].
 // MXFP4 (OCP MX): two E2M1 values per byte (element 2i in the low nibble, 2i+1 in the high one),
-// one UE8M0 uint8 scale per 32 consecutive values along the last dim; value = e2m1 * 2^(s - 127),
-// and a scale of 0xFF (the UE8M0 NaN) makes its 32 values NaN.
+// one UE8M0 uint8 scale per 32 consecutive values along the last dim (ue8m0_decode below); value =
+// e2m1 * scale, and a scale of 0xFF (the UE8M0 NaN) makes its 32 values NaN.
 
 #include <torch/types.h>
 
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 
@@ -18,6 +19,22 @@ namespace graphcheck::kernels {
 
 inline constexpr double kFp8E4m3Max = 448.0;
 inline constexpr std::int64_t kMxBlock = 32;
+
+// UE8M0 (OCP MX) scales: the byte e holds 2^(e - 127), and 0xFF is NaN. The one home of the
+// encoding for host code (the CUDA kernels in mxfp4.cu decode it per element; `graphcheck
+// inspect` prints it, safetensors_inspect.cpp).
+inline constexpr int kUe8m0Bias = 127;
+inline constexpr std::uint8_t kUe8m0Nan = 0xFF;
+// uint8 UE8M0 bytes -> float32 scales.
+inline torch::Tensor ue8m0_decode(const torch::Tensor& e) {
+  const torch::Tensor value = torch::exp2(e.to(torch::kFloat32) - kUe8m0Bias);
+  return torch::where(e == kUe8m0Nan, torch::full_like(value, std::nan("")), value);
+}
+// Integral exponents (float, within [-127, 127]; NaN for "no scale") -> uint8 UE8M0 bytes.
+inline torch::Tensor ue8m0_encode(const torch::Tensor& exponent) {
+  return torch::where(exponent.isnan(), torch::full_like(exponent, kUe8m0Nan), exponent + kUe8m0Bias)
+      .to(torch::kUInt8);
+}
 
 // w [N, K] floating -> (q float8_e4m3fn [N, K], scale_inv float32 [ceil(N/b), ceil(K/b)]).
 std::tuple<torch::Tensor, torch::Tensor> fp8_block_quantize(const torch::Tensor& w, std::int64_t block);

@@ -78,7 +78,7 @@ std::tuple<torch::Tensor, torch::Tensor> mxfp4_quantize_cpu(const torch::Tensor&
   pairs.push_back(2);
   torch::Tensor pc = code.reshape(pairs);
   torch::Tensor packed = pc.select(-1, 0).bitwise_or(pc.select(-1, 1) * 16);
-  torch::Tensor scales = (exp + 127).to(torch::kUInt8);
+  torch::Tensor scales = ue8m0_encode(exp);
   return {packed.contiguous(), scales.contiguous()};
 }
 
@@ -102,10 +102,7 @@ torch::Tensor mxfp4_dequantize_cpu(const torch::Tensor& packed, const torch::Ten
   torch::Tensor lut = torch::from_blob(const_cast<float*>(kE2m1), {8}, torch::kFloat32);
   torch::Tensor mag = lut.index({code.bitwise_and(7)});
   torch::Tensor value = torch::where(code.bitwise_and(8) != 0, -mag, mag);
-  // UE8M0: 2^(s - 127); 0xFF is NaN (OCP MX).
-  torch::Tensor scale = torch::exp2(scales.to(torch::kFloat32) - 127);
-  scale = torch::where(scales == 255, torch::full_like(scale, NAN), scale).repeat_interleave(kMxBlock, -1);
-  return value * scale;
+  return value * ue8m0_decode(scales).repeat_interleave(kMxBlock, -1);
 }
 
 torch::Tensor mxfp4_moe_cpu(const torch::Tensor& x, const torch::Tensor& w13_packed,

@@ -8,10 +8,12 @@
 #include <filesystem>
 
 #include "graphcheck/checkpoint.h"
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
+#include "graphcheck/engine/session.h"
 #include "graphcheck/model.h"
+#include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 #include "graphcheck_test_config.h"
 
 namespace graphcheck {
@@ -648,7 +650,7 @@ TEST(MutationVerdicts, CreditOnlyFromTheProbesOwnPassesAndNetOfTheCleanRun) {
   r.findings = {finding_of("poison", "observe"),       // not a pass poison runs in
                 finding_of("replay_diff", "validate"),  // one of replay_diff's passes
                 finding_of("address", "observe"), finding_of("driver", "census")};
-  MutationVerdict v = judge_mutation(r, "m", /*clean_failed=*/{"address"});
+  MutationVerdict v = session::judge_mutation(r, "m", /*clean_failed=*/{"address"});
   EXPECT_TRUE(v.declared);
   EXPECT_EQ(v.caught, (std::map<std::string, std::string>{{"replay_diff", "validate"}, {"driver", "census"}}));
   EXPECT_EQ(v.missed, (std::vector<std::string>{"poison", "address"}));
@@ -681,15 +683,15 @@ TEST(KillMatrix, RowsAreDataInJsonAndJunit) {
   m.probes = {"address", "census"};
   ScenarioRecord clean;
   clean.name = "s";
-  KillMatrixRow clean_row = kill_matrix_row(m, clean, "", {});
+  KillMatrixRow clean_row = session::kill_matrix_row(m, clean, "");
   EXPECT_EQ(clean_row.verdict, "ok");
   ScenarioRecord mutated;
   mutated.name = "s";
   mutated.status = Status::failed;
   mutated.expected_catches = {{"m", {"address", "census"}}};
   mutated.findings = {finding_of("census", "census")};
-  mutated.verdicts = {judge_mutation(mutated, "m")};
-  KillMatrixRow row = kill_matrix_row(m, mutated, "m", {});
+  mutated.verdicts = {session::judge_mutation(mutated, "m")};
+  KillMatrixRow row = session::kill_matrix_row(m, mutated, "m");
   EXPECT_EQ(row.cells.at("census"), "KILLED:census");
   EXPECT_EQ(row.cells.at("address"), "MISSED");
   EXPECT_EQ(row.verdict, "FAIL: not caught by address");
@@ -704,6 +706,90 @@ TEST(KillMatrix, RowsAreDataInJsonAndJunit) {
   const std::string junit = junit_report(run);
   EXPECT_NE(junit.find("<testsuite name=\"kill matrix\" tests=\"2\" failures=\"1\">"), std::string::npos) << junit;
   EXPECT_NE(junit.find("FAIL: not caught by address"), std::string::npos);
+}
+
+// The session judges each mutated run against its own scenario's clean run, in plan order
+// whatever order the records arrive in, and every row that is not ok is a problem.
+TEST(KillMatrix, TheSessionJudgesRowsInPlanOrderNetOfTheCleanRun) {
+  Scenario s = tiny_scenario({"address", "census"});
+  s.mutations = {{"mhc.rebind_broadcast", {"address", "census"}}};
+  const session::Plan plan = session::plan_mutants({s});
+  ASSERT_EQ(plan.items.size(), 2u);
+  EXPECT_EQ(plan.items[1].mutation, "mhc.rebind_broadcast");
+  EXPECT_EQ(plan.items[1].clean, 0u);
+  EXPECT_EQ(plan.declared, (std::set<std::string>{"mhc.rebind_broadcast"}));
+
+  ScenarioRecord clean;  // the clean run already fails census
+  clean.name = "tiny";
+  clean.status = Status::failed;
+  clean.findings = {finding_of("census", "census")};
+  ScenarioRecord mutated;
+  mutated.name = "tiny";
+  mutated.status = Status::failed;
+  mutated.expected_catches = {{"mhc.rebind_broadcast", {"address", "census"}}};
+  mutated.findings = {finding_of("address", "observe"), finding_of("census", "census")};
+
+  session::KillMatrixBuilder builder(plan);
+  std::vector<ScenarioRecord> scenarios;
+  EXPECT_TRUE(builder.add(1, mutated, scenarios).empty());  // waits for its clean run
+  const std::vector<KillMatrixRow> rows = builder.add(0, clean, scenarios);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].verdict, "FAIL: the clean run fails");
+  EXPECT_EQ(rows[1].cells.at("address"), "KILLED:observe");
+  EXPECT_EQ(rows[1].cells.at("census"), "MISSED");  // no credit: the clean run fails it too
+  EXPECT_EQ(rows[1].verdict, "FAIL: not caught by census");
+  ASSERT_EQ(scenarios.size(), 2u);
+  ASSERT_EQ(scenarios[1].verdicts.size(), 1u);
+  EXPECT_EQ(scenarios[1].verdicts[0].missed, (std::vector<std::string>{"census"}));
+  EXPECT_EQ(builder.matrix().problems.size(), 2u);
+  // Every known mutation that this plan does not declare is a problem of a whole-suite run.
+  const std::vector<std::string> undeclared = builder.require_all_declared();
+  EXPECT_EQ(undeclared.size(), mutation::all().size() - 1);
+}
+
+TEST(Session, UnknownMutationsAndForeignOnesAreNamed) {
+  Scenario s = tiny_scenario({"address"});
+  std::string error;
+  EXPECT_FALSE(session::plan_run({s}, {"no.such_mutation"}, error));
+  EXPECT_NE(error.find("unknown mutation 'no.such_mutation': known mutations are"), std::string::npos) << error;
+  const std::optional<session::Plan> plan = session::plan_run({s}, {"mhc.rebind_broadcast"}, error);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->runnable(), 1u);  // the dsv4 fixture owns it
+  // A mutation of another fixture skips the scenario, naming the owner.
+  for (const auto& m : mutation::all()) {
+    if (mutation::applies_to(m, s.fixture)) continue;
+    const std::optional<session::Plan> foreign = session::plan_run({s}, {m.name}, error);
+    ASSERT_TRUE(foreign);
+    EXPECT_EQ(foreign->runnable(), 0u);
+    EXPECT_NE(foreign->items[0].skip.find("belongs to fixture '" + m.owner + "'"), std::string::npos);
+    break;
+  }
+}
+
+class CountingReporter : public Reporter {
+ public:
+  explicit CountingReporter(std::string path) : m_path(std::move(path)) {}
+  void on_run_done(const RunRecord& run) override { write_file_atomically(m_path, std::to_string(run.scenarios.size())); }
+
+ private:
+  std::string m_path;
+};
+
+TEST(ReporterRegistry, BuiltinsComeFirstAndAPluginCanAddOne) {
+  auto& registry = ReporterRegistry::get();
+  const std::vector<std::string> names = registry.names();
+  ASSERT_GE(names.size(), 5u);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 5),
+            (std::vector<std::string>{"json", "junit", "markdown", "html", "trace"}));
+  EXPECT_EQ(registry.find("junit")->default_file("graphcheck"), "junit.xml");
+  EXPECT_EQ(registry.find("junit")->default_file("mutants"), "mutants-junit.xml");
+  EXPECT_EQ(registry.find("trace")->default_file("mutants"), "mutants-trace.json");
+  auto factory = [](const std::string& path) { return std::make_unique<CountingReporter>(path); };
+  EXPECT_TRUE(registry.add({"test-count", "scenario count", nullptr, factory}));
+  EXPECT_FALSE(registry.add({"test-count", "again", nullptr, factory}));  // taken
+  EXPECT_FALSE(registry.add({"Bad Name", "", nullptr, factory}));
+  ASSERT_NE(registry.find("test-count"), nullptr);
+  EXPECT_EQ(registry.names().back(), "test-count");
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include "address_index.h"
 #include "backends/emulated_backend.h"
-#include "graphcheck/backend.h"
+#include "graphcheck/engine/backend.h"
 #include "graphcheck/model.h"
 
 namespace graphcheck {

@@ -15,7 +15,7 @@
 #include <set>
 
 #include "graphcheck/checkpoint.h"
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 #include "graphcheck/probe.h"
 #include "graphcheck_test_config.h"
 #include "poison.h"

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "graphcheck/compare.h"
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/compare.h"
+#include "graphcheck/engine/reporter.h"
 #include "reporters/report_views.h"
 #include "temp_dir_test.h"
 

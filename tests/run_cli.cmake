@@ -1,5 +1,6 @@
 # Runs the graphcheck CLI and checks its exit code and that its output contains each of
-# EXPECT_OUT (a ;-list). Used by the e2e.* tests.
+# EXPECT_OUT (a ;-list); with EXPECT_FILE, that the file exists and holds each of EXPECT_FILE_TEXT
+# (a ;-list). Used by the e2e.* tests.
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}")
 if(MAKE_TRUNCATED)
@@ -28,3 +29,15 @@ foreach(needle IN LISTS EXPECT_OUT)
     message(FATAL_ERROR "graphcheck ${ARGS}: output lacks '${needle}'")
   endif()
 endforeach()
+if(DEFINED EXPECT_FILE)
+  if(NOT EXISTS "${EXPECT_FILE}")
+    message(FATAL_ERROR "graphcheck ${ARGS}: wrote no ${EXPECT_FILE}")
+  endif()
+  file(READ "${EXPECT_FILE}" written)
+  foreach(needle IN LISTS EXPECT_FILE_TEXT)
+    string(FIND "${written}" "${needle}" pos)
+    if(pos EQUAL -1)
+      message(FATAL_ERROR "${EXPECT_FILE} lacks '${needle}': it holds\n${written}")
+    endif()
+  endforeach()
+endif()

@@ -3,7 +3,7 @@
 // Most tests use a hand-built ScenarioCatalog so that they do not depend on which fixtures,
 // probes and mutations happen to be registered; one test checks default_catalog() itself.
 // Every error test asserts the exact "file:line:column: " prefix and a key phrase.
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@
 
 #include "graphcheck/config.h"
 #include "glob.h"
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 #include "graphcheck_test_config.h"
 #include "temp_dir_test.h"
 

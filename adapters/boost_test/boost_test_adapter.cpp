@@ -6,7 +6,7 @@
 #include <deque>
 #include <exception>
 
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace graphcheck::boost_test {
 namespace {

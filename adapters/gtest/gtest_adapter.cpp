@@ -9,7 +9,7 @@
 #include <memory>
 #include <utility>
 
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace graphcheck::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "graphcheck/compare.h"
+#include "graphcheck/engine/compare.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "graphcheck/record.h"
+#include "graphcheck/engine/record.h"
 #include "reporters/report_views.h"
 
 namespace graphcheck {

@@ -9,10 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fingerprint_bytes.h"
+
 namespace graphcheck {
 
 [[nodiscard]] std::uint64_t fingerprint(const torch::Tensor& tensor);
-// XXH3-64 of raw bytes (the CLI's `inspect`, which links no xxHash of its own).
-[[nodiscard]] std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes);
 
 }  // namespace graphcheck

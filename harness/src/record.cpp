@@ -1,4 +1,4 @@
-#include "graphcheck/record.h"
+#include "graphcheck/engine/record.h"
 
 #include <algorithm>
 #include <map>

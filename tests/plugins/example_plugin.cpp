@@ -1,11 +1,13 @@
 // A plugin as a model author outside this repository builds it: one model and its own mutation,
-// registered from static initialisers, loaded by the stock CLI with --plugin (issue 11).
+// registered from static initialisers, loaded by the stock CLI with --plugin (issue 11); and a
+// report format of its own, written with --report scenario-lines=PATH.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "graphcheck/engine/reporter.h"
 #include "graphcheck/hooks.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
@@ -56,6 +58,18 @@ class ExampleModel final : public graphcheck::LifecycleModel {
 };
 
 }  // namespace
+
+// One line per scenario: "name status".
+std::string scenario_lines(const graphcheck::RunRecord& run) {
+  std::string out;
+  for (const auto& s : run.scenarios) out += s.name + " " + graphcheck::to_string(s.status) + "\n";
+  return out;
+}
+
+GRAPHCHECK_REGISTER_REPORTER({"scenario-lines", "One line per scenario: its name and status", nullptr,
+                              [](const std::string& path) {
+                                return std::make_unique<graphcheck::FileReporter>(path, &scenario_lines);
+                              }});
 
 GRAPHCHECK_DESCRIBE_MODEL("plugin_example", "a model from a plugin: a derived scale refreshed by PWAL");
 GRAPHCHECK_REGISTER_MODEL("plugin_example", [](const graphcheck::ModelConfig& config) {

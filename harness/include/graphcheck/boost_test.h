@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 
 namespace graphcheck::boost_test {
 

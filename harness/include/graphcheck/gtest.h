@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "graphcheck/driver.h"
+#include "graphcheck/engine/driver.h"
 
 namespace graphcheck::testing {
 

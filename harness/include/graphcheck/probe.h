@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "graphcheck/backend.h"
+#include "graphcheck/engine/backend.h"
 #include "graphcheck/model.h"
-#include "graphcheck/record.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/record.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace graphcheck {
 

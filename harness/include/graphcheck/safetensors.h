@@ -61,6 +61,15 @@ enum class Dtype {
 // Bytes per element (BOOL and the 8-bit float types take one byte).
 [[nodiscard]] std::size_t dtype_size(Dtype dtype);
 
+// Element `i` of the little-endian data `data` of type `dtype` as text: "%g" for the float
+// types (F16, BF16, the F8 kinds decoded exactly, E8M0 as a power of two), decimal for integers,
+// true/false for BOOL. `data` must hold at least i + 1 elements.
+[[nodiscard]] std::string value_string(const std::byte* data, Dtype dtype, std::int64_t i);
+
+// `graphcheck inspect`: the file's tensors (name, dtype, shape, bytes, XXH3-64 fingerprint, the
+// first `values` values) and its metadata, as text. Throws Error as File::open does.
+[[nodiscard]] std::string inspect(const std::string& path, int values);
+
 // Product of the dims, or nullopt when a dim is negative or the product overflows int64.
 // An empty shape is a scalar (1 element); a 0 anywhere gives 0 elements.
 [[nodiscard]] std::optional<std::int64_t> checked_numel(const std::vector<std::int64_t>& shape);

@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "backends/emulated_backend.h"
-#include "graphcheck/backend.h"
+#include "graphcheck/engine/backend.h"
 #if GRAPHCHECK_HAS_CUDA
 #include "backends/cuda_backend.h"
 #endif

@@ -15,7 +15,7 @@
 
 #include <memory>
 
-#include "graphcheck/backend.h"
+#include "graphcheck/engine/backend.h"
 
 namespace graphcheck {
 

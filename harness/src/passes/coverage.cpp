@@ -11,6 +11,7 @@
 
 #include <set>
 
+#include "output_diff.h"
 #include "passes/passes.h"
 
 namespace graphcheck::passes {
@@ -35,17 +36,6 @@ void perturb(torch::Tensor& t) {
   }
 }
 
-bool same(const TensorList& a, const TensorList& b, double tolerance) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].sizes() != b[i].sizes()) return false;
-    const torch::Tensor x = a[i].to(torch::kFloat64), y = b[i].to(torch::kFloat64);
-    const torch::Tensor both_nan = x.isnan().logical_and(y.isnan());
-    const torch::Tensor close = (x - y).abs().le(tolerance).logical_or(both_nan).logical_or(x.eq(y));
-    if (!close.all().item<bool>()) return false;
-  }
-  return true;
-}
 
 void restore(const std::vector<const NamedTensor*>& group, const std::vector<torch::Tensor>& saved) {
   torch::NoGradGuard no_grad;
@@ -59,18 +49,18 @@ class Perturbation {
  public:
   Perturbation(const CompareEvent& compare, const ReplayAndEager& run, CoverageEvent& out)
       : m_compare(compare), m_run(run), m_out(out),
-        m_baseline_agrees(same(compare.replay_outputs, compare.eager_outputs, compare.tolerance)) {}
+        m_baseline_agrees(outputs_agree(compare.replay_outputs, compare.eager_outputs, compare.tolerance)) {}
 
   [[nodiscard]] bool baseline_agrees() const { return m_baseline_agrees; }
 
   void classify(const NamedTensor& t) {
     const auto [replayed, eager] = perturbed_outputs({&t});
     const double tol = m_compare.tolerance;
-    const bool replay_moved = !same(replayed, m_compare.replay_outputs, tol);
-    const bool eager_moved = !same(eager, m_compare.eager_outputs, tol);
+    const bool replay_moved = !outputs_agree(replayed, m_compare.replay_outputs, tol);
+    const bool eager_moved = !outputs_agree(eager, m_compare.eager_outputs, tol);
     if (eager_moved && !replay_moved) m_out.uncovered.push_back(t.name);
     else if (replay_moved && !eager_moved) m_out.replay_only.push_back(t.name);
-    else if (replay_moved && eager_moved && m_baseline_agrees && !same(replayed, eager, tol)) m_out.partial.push_back(t.name);
+    else if (replay_moved && eager_moved && m_baseline_agrees && !outputs_agree(replayed, eager, tol)) m_out.partial.push_back(t.name);
   }
 
   // A group is covered when replay = eager with all of it perturbed; else split it.
@@ -81,7 +71,7 @@ class Perturbation {
       return;
     }
     const auto [replayed, eager] = perturbed_outputs(group);
-    if (same(replayed, eager, m_compare.tolerance)) return;
+    if (outputs_agree(replayed, eager, m_compare.tolerance)) return;
     const std::size_t half = group.size() / 2;
     bisect(std::vector<const NamedTensor*>(group.begin(), group.begin() + half));
     bisect(std::vector<const NamedTensor*>(group.begin() + half, group.end()));

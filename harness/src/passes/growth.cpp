@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "output_diff.h"
 #include "passes/passes.h"
 #include "write_count.h"
 
@@ -43,20 +44,6 @@ void measure_growth(const Scenario& scenario,
   }
 }
 
-bool agree(const TensorList& a, const TensorList& b, double tolerance) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].sizes() != b[i].sizes()) return false;
-    const torch::Tensor x = a[i].to(torch::kFloat64).flatten();
-    const torch::Tensor y = b[i].to(torch::kFloat64).flatten();
-    if (x.numel() == 0) continue;
-    torch::Tensor delta = (x - y).abs();
-    const torch::Tensor nan_mismatch = x.isnan().logical_xor(y.isnan());
-    delta = torch::where(nan_mismatch, torch::full_like(delta, INFINITY), delta.nan_to_num(0.0));
-    if ((delta > tolerance).any().item<bool>()) return false;
-  }
-  return true;
-}
 
 std::vector<std::pair<std::uint64_t, double>> validation_inputs(std::uint64_t scenario_seed,
                                                                 std::int64_t batch_size) {

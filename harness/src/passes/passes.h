@@ -16,7 +16,7 @@
 
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/scenario.h"
 
 namespace graphcheck::passes {
 
@@ -45,9 +45,7 @@ using ReplayAndEager = std::function<std::pair<TensorList, TensorList>()>;
 void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, const CompareEvent& compare,
                       const ReplayAndEager& replay_and_eager, CoverageEvent& out);
 
-// Validation: whether two output lists agree within the tolerance, element by element (NaN on
-// one side only is a difference; a shape or count mismatch too).
-[[nodiscard]] bool agree(const TensorList& a, const TensorList& b, double tolerance);
+// Validation compares with outputs_agree (output_diff.h).
 // The fresh inputs the validate pass replays each capture on: (seed, scale) pairs.
 [[nodiscard]] std::vector<std::pair<std::uint64_t, double>> validation_inputs(std::uint64_t scenario_seed,
                                                                              std::int64_t batch_size);

@@ -26,59 +26,13 @@
 
 #include "counting_allocator.h"
 #include "graphcheck/probe.h"
+#include "output_diff.h"
 #include "poison.h"
 #include "tensor_format.h"
 #include "tolerance.h"
 
 namespace graphcheck {
 namespace {
-
-struct Diff {
-  double max_abs = 0;
-  double max_rel = 0;  // max_abs / max |reference|
-  std::int64_t mismatches = 0;
-  std::int64_t first_index = -1;
-  std::int64_t output = -1;  // which output (of several) holds the largest difference
-};
-
-// NaN on one side only counts as an infinite difference.
-Diff diff(const torch::Tensor& a, const torch::Tensor& b, double tolerance) {
-  Diff d;
-  torch::Tensor x = a.to(torch::kFloat64).flatten();
-  torch::Tensor y = b.to(torch::kFloat64).flatten();
-  torch::Tensor delta = (x - y).abs();
-  torch::Tensor nan_mismatch = x.isnan().logical_xor(y.isnan());
-  delta = torch::where(nan_mismatch, torch::full_like(delta, INFINITY), delta.nan_to_num(0.0));
-  if (delta.numel() == 0) return d;
-  d.max_abs = delta.max().item<double>();
-  const double scale = y.abs().nan_to_num(0.0).max().item<double>();
-  d.max_rel = scale > 0 ? d.max_abs / scale : d.max_abs;
-  torch::Tensor bad = delta > tolerance;
-  d.mismatches = bad.sum().item<std::int64_t>();
-  if (d.mismatches > 0) d.first_index = bad.nonzero()[0][0].item<std::int64_t>();
-  return d;
-}
-
-// Over every output: the largest difference, the mismatches summed. A shape mismatch is an
-// infinite difference.
-Diff diff_all(const TensorList& a, const TensorList& b, double tolerance) {
-  Diff total;
-  if (a.size() != b.size()) return {INFINITY, INFINITY, 1, 0, 0};
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    Diff d = a[i].sizes() == b[i].sizes() ? diff(a[i], b[i], tolerance)
-                                          : Diff{INFINITY, INFINITY, std::max<std::int64_t>(1, a[i].numel()), 0};
-    if (d.mismatches > 0 && total.first_index < 0) {
-      total.first_index = d.first_index;
-      total.output = static_cast<std::int64_t>(i);
-    }
-    total.mismatches += d.mismatches;
-    if (d.max_abs > total.max_abs || (std::isnan(d.max_abs) && !std::isnan(total.max_abs))) {
-      total.max_abs = d.max_abs;
-      total.max_rel = d.max_rel;
-    }
-  }
-  return total;
-}
 
 std::string shapes(const TensorList& list) {
   std::vector<std::string> out;
@@ -105,15 +59,15 @@ class ReplayDiffProbe final : public EmptyProbe {
       prefill_compare(ctx, e, when);
       return;
     }
-    const Diff replay_vs_a = diff_all(e.replay_outputs, e.eager_outputs, tolerance);
-    const Diff a_vs_b = diff_all(e.eager_outputs, e.reference_outputs, tolerance);
+    const OutputDiff replay_vs_a = diff_outputs(e.replay_outputs, e.eager_outputs, tolerance);
+    const OutputDiff a_vs_b = diff_outputs(e.eager_outputs, e.reference_outputs, tolerance);
 
     ctx.measure(e, "gc/replay_diff/noise_floor", e.noise_floor, "abs");
     ctx.measure(e, "gc/replay_diff/tolerance", tolerance, "abs");
     ctx.measure(e, "gc/replay_diff/replay_vs_eager_a/max_abs", replay_vs_a.max_abs, "abs");
     ctx.measure(e, "gc/replay_diff/eager_a_vs_eager_b/max_abs", a_vs_b.max_abs, "abs");
 
-    const auto verdict = [](const Diff& d) { return d.mismatches > 0 ? "≠" : "="; };
+    const auto verdict = [](const OutputDiff& d) { return d.mismatches > 0 ? "≠" : "="; };
     const std::string summary = fmt::format(
         "replay(A) {} eager(A) (max abs {:.6g}), eager(A) {} eager(B) (max abs {:.6g})",
         verdict(replay_vs_a), replay_vs_a.max_abs, verdict(a_vs_b), a_vs_b.max_abs);
@@ -173,7 +127,7 @@ class ReplayDiffProbe final : public EmptyProbe {
  private:
   // Prefill: an eager-only batch size (no graph). eager(A) vs eager(B) as for the graphs.
   void prefill_compare(RunContext& ctx, const CompareEvent& e, const std::string& when) {
-    const Diff a_vs_b = diff_all(e.eager_outputs, e.reference_outputs, e.tolerance);
+    const OutputDiff a_vs_b = diff_outputs(e.eager_outputs, e.reference_outputs, e.tolerance);
     ctx.measure(e, "gc/replay_diff/prefill_eager_a_vs_eager_b/max_abs", a_vs_b.max_abs, "abs");
     Prefill& p = m_prefill[e.cycle];
     if (a_vs_b.mismatches == 0) {
@@ -203,7 +157,7 @@ class ReplayDiffProbe final : public EmptyProbe {
     int checked = 0;
     for (const ValidationReplay& v : e.replays) {
       const double tolerance = v.tolerance;
-      const Diff d = diff_all(v.replay_outputs, v.eager_outputs, tolerance);
+      const OutputDiff d = diff_outputs(v.replay_outputs, v.eager_outputs, tolerance);
       ++checked;
       if (d.mismatches == 0) continue;
       ctx.fail(name(), e, fmt::format("capture at batch size {}", b),

@@ -4,7 +4,7 @@
 
 #include <ostream>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 
 namespace graphcheck {
 

@@ -3,7 +3,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 
 namespace graphcheck {
 

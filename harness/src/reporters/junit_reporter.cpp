@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 #include "report_views.h"
 
 namespace graphcheck {

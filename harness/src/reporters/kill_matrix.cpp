@@ -1,51 +1,12 @@
-// The kill matrix as data (rows computed from the records' verdicts) and its text form.
+// The kill matrix's text form (its rows are computed by the session: session/verdicts.cpp).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 
 namespace graphcheck {
-
-KillMatrixRow kill_matrix_row(const KillMatrix& matrix, const ScenarioRecord& r,
-                              const std::string& mutation, const std::set<std::string>& clean_failed) {
-  KillMatrixRow row;
-  row.scenario = r.name;
-  row.mutation = mutation;
-  const bool broken = r.status == Status::error || r.status == Status::crashed;
-  if (mutation.empty()) {
-    for (const auto& probe : matrix.probes) {
-      auto f = std::find_if(r.findings.begin(), r.findings.end(), [&](const Finding& x) { return x.probe == probe; });
-      row.cells[probe] = f == r.findings.end() ? "." : "failed:" + f->pass;
-    }
-    row.verdict = broken ? fmt::format("{}: {}", to_string(r.status), r.reason)
-                         : r.status == Status::passed ? "ok" : "FAIL: the clean run fails";
-    return row;
-  }
-  auto v = std::find_if(r.verdicts.begin(), r.verdicts.end(),
-                        [&](const MutationVerdict& x) { return x.mutation == mutation; });
-  MutationVerdict verdict;
-  if (v != r.verdicts.end()) verdict = *v;
-  verdict.mutation = mutation;
-  for (const auto& probe : matrix.probes) {
-    const bool want = std::find(verdict.expected.begin(), verdict.expected.end(), probe) != verdict.expected.end();
-    auto caught = verdict.caught.find(probe);
-    const bool got = caught != verdict.caught.end() && !clean_failed.count(probe);
-    row.cells[probe] = want ? (got ? "KILLED:" + caught->second : "MISSED") : (got ? "failed:" + caught->second : ".");
-  }
-  if (broken) {
-    row.verdict = fmt::format("{}: {}", to_string(r.status), r.reason);
-  } else if (!verdict.declared) {
-    row.verdict = "FAIL: the scenario declares no probe for this mutation";
-  } else if (!verdict.missed.empty()) {
-    row.verdict = fmt::format("FAIL: not caught by {}", fmt::join(verdict.missed, ", "));
-  } else {
-    row.verdict = "ok";
-  }
-  return row;
-}
 
 std::string kill_matrix_header(const KillMatrix& matrix) {
   std::string line = fmt::format("{:<30} {:<34}", "scenario", "mutation");

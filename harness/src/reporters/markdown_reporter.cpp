@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 #include "report_views.h"
 
 namespace graphcheck {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "graphcheck/record.h"
+#include "graphcheck/engine/record.h"
 
 namespace graphcheck::report {
 

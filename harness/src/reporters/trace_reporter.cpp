@@ -7,7 +7,7 @@
 #include <cmath>
 #include <map>
 
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 #include "report_views.h"
 
 namespace graphcheck {

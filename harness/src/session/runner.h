@@ -1,5 +1,5 @@
 #pragma once
-// Runs scenario jobs for the CLI: each in a child process of its own (the default), up to `jobs`
+// Runs scenario jobs for the session (engine/session.h): each in a child process of its own (the default), up to `jobs`
 // at once, with a per-scenario timeout; or in this process (--no-isolate, for a debugger). A
 // child that crashes, hangs or is killed becomes a crashed record naming the signal or the
 // timeout, the last step it reported and the tail of its output; the other jobs still run.
@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "graphcheck/driver.h"
-#include "graphcheck/record.h"
-#include "graphcheck/scenario.h"
+#include "graphcheck/engine/driver.h"
+#include "graphcheck/engine/record.h"
+#include "graphcheck/engine/scenario.h"
+#include "graphcheck/engine/session.h"
 
-namespace graphcheck::cli {
+namespace graphcheck::session {
 
 // One run of one scenario.
 struct Job {
@@ -45,20 +46,13 @@ struct RunnerEvents {
 
 // Set from a SIGINT/SIGTERM handler: no job starts after it, running children are stopped.
 extern volatile std::sig_atomic_t g_stop_signal;
-// Installs handlers for SIGINT and SIGTERM that set g_stop_signal (a second signal kills).
-void install_stop_handlers();
 
 // Runs the jobs; `done` is called once per job that finished (in the order they finish). Returns
 // the indices of jobs stopped or never started because of a stop signal.
 std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOptions& options,
                                   const RunnerEvents& events);
 
-// The hidden `__scenario` subcommand: runs one scenario file in this (child) process, reports
-// its steps on `progress_fd` and writes its record to `record_path`. Returns the exit code.
-int run_child(const std::string& scenario_file, const RunOptions& options, int threads,
-              const std::string& record_path, int progress_fd);
-
 // "SIGSEGV (Segmentation fault)".
 std::string signal_name(int signal);
 
-}  // namespace graphcheck::cli
+}  // namespace graphcheck::session

@@ -1,4 +1,4 @@
-#include "scenario_runner.h"
+#include "session/runner.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -20,10 +20,10 @@
 
 #include "graphcheck/cli.h"
 #include "graphcheck/plugin.h"
-#include "graphcheck/reporter.h"
+#include "graphcheck/engine/reporter.h"
 #include "reporters/report_views.h"
 
-namespace graphcheck::cli {
+namespace graphcheck::session {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 
@@ -345,6 +345,8 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
+int stop_signal() { return g_stop_signal; }
+
 std::string signal_name(int signal) {
   const char* abbrev = ::sigabbrev_np(signal);
   const char* text = ::strsignal(signal);
@@ -464,7 +466,7 @@ int run_child(const std::string& scenario_file, const RunOptions& options, int t
   return 0;
 }
 
-}  // namespace graphcheck::cli
+}  // namespace graphcheck::session
 
 namespace graphcheck {
 

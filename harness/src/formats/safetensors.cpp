@@ -1,3 +1,7 @@
+// The safetensors reader: the dtype table, header validation (Note [Safetensors validation]) and
+// File, which maps a file or copies an image and checks it. The writer is safetensors_write.cpp.
+// Torch-free.
+
 #include "graphcheck/safetensors.h"
 
 #include <fcntl.h>
@@ -6,16 +10,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 #include <utility>
 
+#include "formats/safetensors_detail.h"
 #include "regular_file.h"
 
 // Note [Safetensors validation]
@@ -38,7 +41,7 @@
 // The last point matches the reference implementation, which sorts tensors by data_offsets and
 // requires each to begin exactly where the previous one ended, the first at 0 and the last to end
 // at the end of the file. Because of that, no valid file has padding between tensors; writers
-// keep tensors aligned by ordering them instead (see write()).
+// keep tensors aligned by ordering them instead (see write(), safetensors_write.cpp).
 //
 // The reference ignores unknown keys inside a tensor entry and, for tensor names, keeps the last
 // of duplicated keys; graphcheck rejects both, since either means the writer was confused. It also
@@ -48,11 +51,16 @@
 // disagreement.
 
 namespace graphcheck::safetensors {
+
+using detail::fail;
+using detail::format_shape;
+using detail::k_metadata_key;
+using detail::tensor_label;
+
 namespace {
 
 constexpr std::uint64_t k_prefix_size = 8;
 constexpr std::uint64_t k_max_header_size = 100'000'000;
-constexpr std::string_view k_metadata_key = "__metadata__";
 constexpr int k_max_nesting = 128;
 
 struct DtypeEntry {
@@ -86,15 +94,6 @@ std::string known_dtype_list() {
   return out;
 }
 
-std::string format_shape(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i != 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 // A JSON value for an error message, cut short when long.
 std::string excerpt(const nlohmann::json& value) {
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -102,12 +101,6 @@ std::string excerpt(const nlohmann::json& value) {
   if (text.size() > k_max) text = text.substr(0, k_max) + "...";
   return text;
 }
-
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw Error("safetensors file '" + path + "': " + problem);
-}
-
-std::string tensor_label(const std::string& name) { return "tensor '" + name + "'"; }
 
 // A JSON value's type with its article: "an array", "a string".
 std::string a_type(const nlohmann::json& value) {
@@ -126,41 +119,16 @@ void check_prefix(const std::string& path, std::uint64_t size) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Closes a file descriptor on scope exit.
-class FdGuard {
- public:
-  explicit FdGuard(int fd) : m_fd(fd) {}
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  ~FdGuard() {
-    if (m_fd >= 0) ::close(m_fd);
-  }
-  [[nodiscard]] int get() const { return m_fd; }
-  // Closes now and reports close()'s errno (0 on success).
-  int close_now() {
-    const int fd = std::exchange(m_fd, -1);
-    return fd >= 0 && ::close(fd) != 0 ? errno : 0;
-  }
-
- private:
-  int m_fd;
-};
-
 std::uint64_t read_le64(const std::byte* p) {
   std::uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | std::to_integer<std::uint64_t>(p[i]);
   return value;
 }
 
-void put_le64(std::string& out, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
 // Headers are read into nlohmann::json, whose objects are std::maps: ordered_json's objects are
 // vectors searched linearly on every insertion, so a header of n keys would take O(n^2) time to
 // parse (hours for a 100 MB header of short keys). Only the writer needs the header's order.
 using Json = nlohmann::json;
-using OrderedJson = nlohmann::ordered_json;
 
 // Finds the first key that appears twice in one object, at any nesting level (nlohmann keeps the
 // last silently). A SAX pass rather than a parser callback: nlohmann's callback parser scans the
@@ -588,128 +556,6 @@ std::byte* File::mutable_data(const TensorInfo& info) {
                      "Mapping::copy_on_write to write into its tensors");
   }
   return const_cast<std::byte*>(data(info));
-}
-
-void write(const std::string& path, const std::vector<TensorView>& tensors,
-           const std::map<std::string, std::string>& metadata,
-           Durability durability) {
-  std::set<std::string_view> names;
-  for (const TensorView& tensor : tensors) {
-    const std::string label = tensor_label(tensor.name);
-    if (tensor.name.empty()) fail(path, "cannot write a tensor with an empty name");
-    if (tensor.name == k_metadata_key) {
-      fail(path,
-           "cannot write a tensor named \"__metadata__\": the name is reserved for the "
-           "metadata map; rename the tensor");
-    }
-    if (!names.insert(tensor.name).second) {
-      fail(path, "cannot write " + label + " twice (duplicate name); names must be unique");
-    }
-    (void)dtype_size(tensor.dtype);  // throws for an out-of-range enum value
-    const auto numel = checked_numel(tensor.shape);
-    if (!numel) {
-      fail(path, "cannot write " + label + ": shape " + format_shape(tensor.shape) +
-                     " has a negative dim or its element count overflows");
-    }
-    std::uint64_t expected = 0;
-    if (__builtin_mul_overflow(static_cast<std::uint64_t>(*numel),
-                               static_cast<std::uint64_t>(dtype_size(tensor.dtype)), &expected) ||
-        expected != tensor.nbytes) {
-      fail(path, "cannot write " + label + ": shape " + format_shape(tensor.shape) + " of " +
-                     std::string(dtype_name(tensor.dtype)) + " needs numel * dtype_size = " +
-                     std::to_string(*numel) + " * " + std::to_string(dtype_size(tensor.dtype)) +
-                     " bytes but nbytes is " + std::to_string(tensor.nbytes));
-    }
-    if (tensor.nbytes > 0 && tensor.data == nullptr) {
-      fail(path, "cannot write " + label + ": data is null but nbytes is " +
-                     std::to_string(tensor.nbytes));
-    }
-  }
-
-  // Largest element size first keeps every tensor aligned to its element size (all sizes are
-  // powers of two and the data section starts 8-byte aligned).
-  std::vector<const TensorView*> order;
-  order.reserve(tensors.size());
-  for (const TensorView& tensor : tensors) order.push_back(&tensor);
-  std::stable_sort(order.begin(), order.end(), [](const TensorView* a, const TensorView* b) {
-    return dtype_size(a->dtype) > dtype_size(b->dtype);
-  });
-
-  OrderedJson header = OrderedJson::object();
-  if (!metadata.empty()) {
-    OrderedJson meta = OrderedJson::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header[std::string(k_metadata_key)] = std::move(meta);
-  }
-  std::uint64_t offset = 0;
-  for (const TensorView* tensor : order) {
-    OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = std::string(dtype_name(tensor->dtype));
-    entry["shape"] = tensor->shape;
-    entry["data_offsets"] = {offset, offset + tensor->nbytes};
-    header[tensor->name] = std::move(entry);
-    offset += tensor->nbytes;
-  }
-  std::string prefix;
-  try {
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
-    put_le64(prefix, text.size());
-    prefix += text;
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, "cannot encode the header (" + std::string(e.what()) +
-                   "): tensor names and metadata must be valid UTF-8");
-  }
-
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  static std::atomic<unsigned> counter{0};
-  std::string temp;
-  int raw_fd = -1;
-  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
-    temp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                   std::to_string(counter.fetch_add(1))))
-               .string();
-    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw_fd < 0 && errno != EEXIST) break;
-  }
-  if (raw_fd < 0) {
-    fail(path, "cannot create temporary file '" + temp + "': " + errno_text(errno) +
-                   " (does the directory exist and is it writable?)");
-  }
-  FdGuard fd(raw_fd);
-  bool committed = false;
-  struct Cleanup {
-    const std::string& temp;
-    const bool& committed;
-    ~Cleanup() {
-      if (!committed) ::unlink(temp.c_str());
-    }
-  } cleanup{temp, committed};
-
-  const auto write_all = [&](const void* data, std::size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ::ssize_t written = ::write(fd.get(), p, std::min<std::size_t>(n, 1u << 30));
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        fail(path, "cannot write temporary file '" + temp + "': " + errno_text(errno));
-      }
-      p += written;
-      n -= static_cast<std::size_t>(written);
-    }
-  };
-  write_all(prefix.data(), prefix.size());
-  for (const TensorView* tensor : order) write_all(tensor->data, tensor->nbytes);
-  if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + temp + "': " + errno_text(errno));
-  if (const int err = fd.close_now(); err != 0) {
-    fail(path, "cannot close '" + temp + "': " + errno_text(err));
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    fail(path, "cannot rename temporary file '" + temp + "' into place: " + errno_text(errno));
-  }
-  committed = true;
 }
 
 }  // namespace graphcheck::safetensors

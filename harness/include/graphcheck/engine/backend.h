@@ -1,0 +1,118 @@
+#pragma once
+// Graph backends: capture a model's forward into a replayable graph, replay it, and report what
+// the graph reads (everything it reads that is not its input) as address ranges. See DESIGN.md
+// §2.3. The contract holds a real CUDA graph: a read is an address range (a CUDA graph's pointer
+// audit yields bare device addresses, interior pointers included), and a backend says whether the
+// graph keeps the storages it reads alive (a CUDA graph does not). The driver resolves reads
+// against the live tensors (interior pointer -> tensor + offset).
+
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphcheck/model.h"
+
+namespace graphcheck {
+
+// One range of memory a captured graph reads, as baked in at capture.
+struct GraphRead {
+  const void* address = nullptr;  // first byte
+  std::size_t bytes = 0;          // 0: unknown (a bare pointer)
+  // Where known (the emulated backend knows; a pointer audit does not).
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> strides;
+  // Defined only when the backend keeps the storage alive for the graph (then, and only then, a
+  // storage nothing live references may be poisoned without writing into freed memory).
+  c10::Storage held;
+};
+
+// A forward that cannot be captured (host sync, data-dependent control flow).
+class NotCapturable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CapturedGraph {
+ public:
+  virtual ~CapturedGraph() = default;
+  [[nodiscard]] virtual std::int64_t batch_size() const = 0;
+  // Static buffers, as with CUDA graphs: write the inputs in place, replay, read the outputs.
+  [[nodiscard]] virtual const TensorList& static_inputs() const = 0;
+  [[nodiscard]] virtual const TensorList& static_outputs() const = 0;
+  virtual void replay() = 0;
+  [[nodiscard]] virtual const std::vector<GraphRead>& reads() const = 0;
+};
+
+// Memory as the backend's allocator sees it: the CPU's counting allocator, or the CUDA caching
+// allocator's device stats.
+class MemoryMeter {
+ public:
+  virtual ~MemoryMeter() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  // Counting happens between start() and stop() (nesting).
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  // A moment: allocations made after it are "since" it.
+  [[nodiscard]] virtual std::uint64_t now() const = 0;
+  [[nodiscard]] virtual std::int64_t live_bytes() const = 0;
+  // Bytes of allocations made since `moment` that are still alive.
+  [[nodiscard]] virtual std::int64_t alive_since(std::uint64_t moment) const = 0;
+  // Highest live_bytes() since the last reset_peak().
+  [[nodiscard]] virtual std::int64_t peak_bytes() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+// A measurement a backend takes itself (GPU time from CUDA events, device memory, CUPTI counts,
+// the pointer audit's statistics). The driver drains them into the record after every pass.
+struct BackendMeasurement {
+  std::string tag;  // "gc/cuda/replay/gpu_seconds"
+  double value = 0;
+  std::string unit;
+  std::string phase;  // "warm-up", "capture", "replay"
+  std::int64_t batch_size = 0;
+};
+
+class GraphBackend {
+ public:
+  virtual ~GraphBackend() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  // Where models and inputs live for this backend: the driver moves each model it constructs
+  // (module().to(device)) and each input batch there. CPU for the emulated backend.
+  [[nodiscard]] virtual c10::Device device() const { return c10::Device(c10::kCPU); }
+  // Measurements taken since the last call (none by default).
+  [[nodiscard]] virtual std::vector<BackendMeasurement> take_measurements() { return {}; }
+  // true: replay reproduces eager bit for bit on a correct model (the emulated backend), so the
+  // tolerance is 0.
+  [[nodiscard]] virtual bool exact() const = 0;
+  // Smallest replay-vs-eager difference the backend can produce on a correct model; the
+  // tolerance is never below it.
+  [[nodiscard]] virtual double min_tolerance() const = 0;
+  // Whether a captured graph holds the storages it reads (GraphRead::held).
+  [[nodiscard]] virtual bool keeps_storages_alive() const = 0;
+  [[nodiscard]] virtual MemoryMeter& memory_meter() = 0;
+  // Waits for all work the backend queued (no-op on CPU).
+  virtual void synchronize() = 0;
+  // Captures model.forward_all(example_inputs) as the graph for `batch_size`; throws
+  // NotCapturable with the reason.
+  virtual std::unique_ptr<CapturedGraph> capture(LifecycleModel& model,
+                                                 const TensorList& example_inputs,
+                                                 std::int64_t batch_size) = 0;
+};
+
+struct BackendChoice {
+  std::unique_ptr<GraphBackend> backend;
+  std::string reason;  // why this backend ran: "asked for emulated", "auto: ..."
+};
+
+// "auto" picks cuda only when the cuda backend is built and a device exists, else emulated, and
+// says why. Throws std::invalid_argument naming the available backends for an unknown or
+// unavailable one.
+[[nodiscard]] BackendChoice make_backend(const std::string& name);
+
+}  // namespace graphcheck

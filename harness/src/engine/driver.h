@@ -1,0 +1,106 @@
+#pragma once
+// The driver of one scenario (Driver): sets up the backend and the passes the checks need, runs
+// each pass (engine/pass_run.h) and keeps the scenario's record, its timeline and what the
+// passes share (generated checkpoints, noise floors). Its code lives in engine/driver.cpp.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/errors.h"
+#include "graphcheck/engine/backend.h"
+#include "graphcheck/engine/driver.h"
+#include "graphcheck/hooks.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+#include "graphcheck/engine/record.h"
+#include "graphcheck/engine/scenario.h"
+
+namespace graphcheck::engine {
+
+namespace fs = std::filesystem;
+
+class PassRun;
+
+class Driver final : public HookSink {
+ public:
+  Driver(const Scenario& scenario, const RunOptions& options, ProgressListener* progress);
+
+  ScenarioRecord run();
+
+  // ---- shared by the passes -----------------------------------------------------------------
+  [[nodiscard]] const Scenario& scenario() const { return m_scenario; }
+  [[nodiscard]] GraphBackend& backend() { return *m_backend; }
+  [[nodiscard]] std::uint64_t seed() const { return m_seed; }
+  [[nodiscard]] ProgressListener* progress() { return m_progress; }
+  [[nodiscard]] std::map<std::int64_t, double>& noise() { return m_noise; }
+
+  void add_finding(Finding finding, Pass pass, Phase phase);
+  void add_measurement(Measurement m, Pass pass, Phase phase) {
+    if (m.phase.empty()) m.phase = to_string(phase);
+    if (m.pass.empty()) m.pass = to_string(pass);
+    m_record.measurements.push_back(std::move(m));
+  }
+
+  // Synthesized by a freshly constructed model, so that the checkpoint layout does not depend on
+  // what PWAL did to model A (repacked or freed raw weights). Written once per seed per scenario
+  // run and shared by the passes.
+  std::string checkpoint_for(std::uint64_t seed, PassRun& pass,
+                             const std::function<std::unique_ptr<LifecycleModel>()>& construct);
+
+  // ---- HookSink -----------------------------------------------------------------------------
+  void on_hook(const void* module, std::string_view hook) override;
+
+  // The record's timeline (DESIGN §6: the Chrome trace and the HTML timing bars).
+  std::size_t open_span(std::string pass, std::string phase, int cycle, std::int64_t batch_size);
+  void close_span(std::size_t index) {
+    Span& span = m_record.spans.at(index);
+    span.seconds = std::chrono::duration<double>(Clock::now() - m_start).count() - span.start;
+  }
+  // Closes a span on every way out.
+  class SpanScope {
+   public:
+    SpanScope(Driver& driver, std::size_t index) : m_driver(driver), m_index(index) {}
+    SpanScope(const SpanScope&) = delete;
+    SpanScope& operator=(const SpanScope&) = delete;
+    ~SpanScope() { m_driver.close_span(m_index); }
+
+   private:
+    Driver& m_driver;
+    std::size_t m_index;
+  };
+
+ private:
+  void setup();
+
+  // Runs one pass with fresh instances of the probes registered for it. Returns whether the
+  // scenario goes on with the next pass.
+  bool run_pass(Pass pass);
+
+  // expect_error: the run stopped with the expected error; the scenario passes (other findings
+  // made before it still count). Passes other than observe stop there quietly.
+  bool stopped_as_expected(Pass pass, const PassRun& run, const std::string& message);
+
+  void expected_error_missing(const PassRun& run);
+
+  const Scenario& m_scenario;
+  RunOptions m_options;
+  ProgressListener* m_progress;
+  ScenarioRecord m_record;
+  const Clock::time_point m_start = Clock::now();  // the scenario's, for its spans
+  std::uint64_t m_seed = 1;
+  fs::path m_work_dir;
+  std::unique_ptr<GraphBackend> m_backend;
+  std::vector<Pass> m_passes;
+  std::map<std::uint64_t, std::string> m_checkpoints;
+  std::map<std::int64_t, double> m_noise;
+  PassRun* m_current = nullptr;
+};
+
+}  // namespace graphcheck::engine

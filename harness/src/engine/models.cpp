@@ -1,0 +1,192 @@
+// The models of a pass (engine/pass_run.h): model A's construction and its variants (growth),
+// model B (the reference: a fresh model loaded with the weights A should hold now), the model
+// calls the passes make quietly, and model A's tensor kinds and module paths.
+
+#include <c10/core/Device.h>
+#include <fmt/format.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "counting_allocator.h"
+#include "engine/driver.h"
+#include "engine/errors.h"
+#include "engine/pass_run.h"
+#include "engine/streams.h"
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/hooks.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+
+namespace graphcheck::engine {
+
+namespace {
+
+void freeze(LifecycleModel& model) {
+  for (auto& t : model.catalog().registered_tensors()) {
+    if (t.kind == TensorKind::parameter) t.tensor.requires_grad_(false);
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> PassRun::tensor_kinds() {
+  std::map<std::string, std::string> kinds;
+  if (!m_model) return kinds;
+  TensorCatalog& catalog = m_model->catalog();
+  const auto extras = call_model(m_phase, "extra_tensors()", [&] { return catalog.extra_tensors(); });
+  for (const auto& t : extras) kinds[t.name] = std::string(to_string(t.kind));
+  // Registered tensors win over an extra of the same name; parameters over buffers.
+  auto registered = catalog.registered_tensors();
+  for (const auto& t : registered) {
+    if (t.kind != TensorKind::parameter) kinds[t.name] = std::string(to_string(t.kind));
+  }
+  for (const auto& t : registered) {
+    if (t.kind == TensorKind::parameter) kinds[t.name] = std::string(to_string(t.kind));
+  }
+  return kinds;
+}
+
+void PassRun::load_dummy(LifecycleModel& model, std::uint64_t seed) {
+  FlagScope quiet(m_quiet);
+  call_model(m_phase, "load_dummy_weights()", [&] {
+    torch::NoGradGuard no_grad;
+    model.load_dummy_weights(seed);
+    return 0;
+  });
+}
+
+void PassRun::run_pwal(LifecycleModel& model) {
+  FlagScope quiet(m_quiet);
+  call_model(m_phase, "process_weights_after_loading()", [&] {
+    torch::NoGradGuard no_grad;
+    model.process_weights_after_loading();
+    return 0;
+  });
+}
+
+LifecycleModel& PassRun::reference_model() {
+  if (!m_reference || m_reference_cycle != m_cycle) {
+    HarnessTime t(m_harness_seconds);
+    const Driver::SpanScope span(m_driver, open_span("model B", m_cycle, 0));
+    m_reference.reset();
+    m_reference = build_loaded("reference model");
+    m_reference_cycle = m_cycle;
+  }
+  return *m_reference;
+}
+
+TensorList PassRun::reference_forward(const TensorList& inputs) {
+  LifecycleModel& reference = reference_model();
+  FlagScope quiet(m_quiet);
+  UncountedScope uncounted;
+  return call_model(m_phase, "reference model forward()", [&] {
+    torch::NoGradGuard no_grad;
+    return reference.forward_all(inputs);
+  });
+}
+
+// A fresh model loaded in one go with the weights A should hold now: the initial checkpoint
+// (or, for a dummy load, the same dummy fill) overlaid with every refit so far, then PWAL.
+std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
+  FlagScope quiet(m_quiet);
+  UncountedScope uncounted;  // the harness's model, not model A's memory
+  std::unique_ptr<LifecycleModel> model = construct_quiet(what);
+  std::map<std::string, torch::Tensor> weights = m_refit_weights;
+  if (scenario().load == LoadFormat::dummy) {
+    call_model(m_phase, fmt::format("{} load_dummy_weights()", what), [&] {
+      torch::NoGradGuard no_grad;
+      model->load_dummy_weights(m_driver.seed());
+      return 0;
+    });
+  } else {
+    weights.insert(m_initial_weights.begin(), m_initial_weights.end());  // refits win
+  }
+  if (!weights.empty()) {
+    std::vector<NamedTensor> list;
+    for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
+    TensorListWeightStream records(
+        std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));
+    // One copy at a time: a loader that writes into what it is streamed must not change the
+    // records, which later builds read again.
+    CloningStream stream(records);
+    call_model(m_phase, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
+  }
+  call_model(m_phase, fmt::format("{} process_weights_after_loading()", what), [&] {
+    torch::NoGradGuard no_grad;
+    model->process_weights_after_loading();
+    return 0;
+  });
+  return model;
+}
+
+std::unique_ptr<LifecycleModel> PassRun::construct_model(const ModelConfig& config) {
+  return construct_quiet("model variant", &config);
+}
+
+// Another instance of the scenario's model whose hooks reach no probe.
+std::unique_ptr<LifecycleModel> PassRun::construct_quiet(const char* what, const ModelConfig* config_override) {
+  FlagScope quiet(m_quiet);
+  return construct(config_override ? *config_override : scenario().config, what);
+}
+
+std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const char* what) {
+  const Scenario& s = scenario();
+  const auto split = ModelRegistry::split_front(s.fixture);
+  const std::string& kind = split.first;
+  const std::string& spec = split.second;
+  std::unique_ptr<LifecycleModel> model;
+  if (kind.empty()) {
+    const ModelRegistry::Entry* entry = ModelRegistry::get().find(s.fixture);
+    if (!entry) throw UserError(fmt::format("{}: unknown fixture '{}'", s.file, s.fixture));
+    model = call_model(Phase::construct, what, [&] { return entry->factory(config); });
+  } else {
+    const ModelFront* front = ModelRegistry::get().front(kind);
+    if (!front) {
+      throw UserError(fmt::format("{}: the scenario names a {} model ('{}') and no {} front is loaded",
+                                  s.file, kind, spec, kind));
+    }
+    model = call_model(Phase::construct, what, [&] { return front->create(spec, config); });
+  }
+  if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
+  auto unused = config.unused_keys();
+  if (!unused.empty()) {
+    throw UserError(fmt::format(
+        "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "
+        "read it)",
+        config.where(unused.front()), unused.front(), s.fixture));
+  }
+  freeze(*model);
+  // The backend's device (CUDA on the cuda backend): parameters and buffers move in place
+  // (set_data), so tensor attributes keyed by identity survive.
+  const c10::Device device = m_driver.backend().device();
+  if (!device.is_cpu()) {
+    call_model(Phase::construct, what, [&] {
+      model->catalog().to(device);
+      return 0;
+    });
+  }
+  return model;
+}
+
+void PassRun::index_modules() {
+  m_module_paths.clear();
+  m_module_paths[detail::object_address(m_model.get())] = "(model)";
+  for (const auto& m : m_model->catalog().modules()) {
+    m_module_paths[m.identity] = m.path.empty() ? "(root)" : m.path;
+  }
+}
+
+std::string PassRun::module_path(const void* module) {
+  auto it = m_module_paths.find(module);
+  if (it != m_module_paths.end()) return it->second;
+  index_modules();  // modules may be created after construction
+  it = m_module_paths.find(module);
+  return it == m_module_paths.end() ? fmt::format("(unregistered module at {})", module) : it->second;
+}
+
+}  // namespace graphcheck::engine

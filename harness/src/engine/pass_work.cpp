@@ -1,0 +1,117 @@
+// The disturbing passes' work on the driver's side (passes/passes.h does the work itself): each
+// is called at the point of the lifecycle its pass disturbs and hands its evidence to the pass's
+// probes as an event (census, poison, idempotence, validate, coverage, growth).
+
+#include <c10/core/ScalarType.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "output_diff.h"
+#include "counting_allocator.h"
+#include "engine/driver.h"
+#include "engine/errors.h"
+#include "engine/pass_run.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+#include "passes/passes.h"
+#include "tolerance.h"
+
+namespace graphcheck::engine {
+
+// ---- the disturbing passes' work (passes/passes.h) -------------------------------------------
+
+void PassRun::census_fill(const LoadEvent& load) {
+  CensusFillEvent f;
+  static_cast<PhaseEvent&>(f) = load;
+  f.load = &load;
+  passes::fill_census(load, checkpoint_layout(), f);
+  notify(&Probe::on_census_filled, f);
+}
+
+void PassRun::poison_fill(PoisonFillEvent::Kind kind, const CycleStep& step) {
+  PoisonFillEvent f;
+  static_cast<PhaseEvent&>(f) = event(kind == PoisonFillEvent::Kind::staged ? Phase::load : Phase::refit);
+  {
+    UncountedScope uncounted;
+    switch (kind) {
+      case PoisonFillEvent::Kind::before_refit:
+        passes::poison_before_refit(checkpoint_layout(), step.prefixes, f);
+        break;
+      case PoisonFillEvent::Kind::staged:
+        passes::poison_staged(checkpoint_layout(), scenario().poison.staged, step.prefixes, f);
+        break;
+      case PoisonFillEvent::Kind::orphans: passes::poison_orphans(m_views, live_tensors(), f); break;
+    }
+  }
+  notify(&Probe::on_poison_filled, f);
+}
+
+// A second PWAL right after the loader's must change nothing.
+void PassRun::idempotence_check() {
+  IdempotenceEvent f;
+  static_cast<PhaseEvent&>(f) = event(Phase::pwal);
+  f.before = passes::snapshot(graphcheck::live_tensors(*m_model));
+  run_pwal(*m_model);
+  f.after = passes::snapshot(graphcheck::live_tensors(*m_model));
+  notify(&Probe::on_idempotence_checked, f);
+}
+
+// Fresh inputs the graph never saw (other seeds, signs and scales), replayed and run eagerly.
+void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
+  ValidationEvent v;
+  static_cast<PhaseEvent&>(v) = capture;
+  v.graph = capture.graph;
+  const std::int64_t b = capture.batch_size;
+  for (const auto& [seed, scale] : passes::validation_inputs(scenario().seed, b)) {
+    ValidationReplay r;
+    r.seed = seed;
+    r.scale = scale;
+    TensorList inputs = make_inputs(b, seed);
+    for (auto& t : inputs) {
+      if (t.defined() && c10::isFloatingType(t.scalar_type())) t = t * scale;
+    }
+    r.replay_outputs = replay(index, inputs);
+    r.eager_outputs = eager(inputs);
+    // The differential's own tolerance, per output (dtype and magnitude of each).
+    for (const auto& t : r.eager_outputs) {
+      if (!t.defined() || t.numel() == 0 || !c10::isFloatingType(t.scalar_type())) continue;
+      const double magnitude = t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
+      r.tolerance = std::max(r.tolerance, replay_tolerance(backend().exact(), backend().min_tolerance(),
+                                                           noise_floor(b), t.scalar_type(), magnitude));
+    }
+    const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
+    v.replays.push_back(std::move(r));
+    if (!agrees) break;  // one input that shows it is enough
+  }
+  notify(&Probe::on_validation_replays, v);
+}
+
+void PassRun::coverage(std::size_t index, const CompareEvent& compare) {
+  CoverageEvent f;
+  static_cast<PhaseEvent&>(f) = compare;
+  passes::measure_coverage(
+      m_views[index], live_tensors(), compare,
+      [&] {
+        TensorList replayed = replay(index, compare.inputs);
+        TensorList eager_outputs = eager(compare.inputs);
+        return std::make_pair(std::move(replayed), std::move(eager_outputs));
+      },
+      f);
+  notify(&Probe::on_coverage_measured, f);
+}
+
+// Dummy loads of models grown through a config key (scenario dummy_growth).
+void PassRun::growth() {
+  GrowthEvent g;
+  g.phase = Phase::load;
+  passes::measure_growth(
+      scenario(), [&](const ModelConfig& config) { return construct_model(config); },
+      [&](LifecycleModel& model) { load_dummy(model, m_driver.seed()); }, g);
+  notify(&Probe::on_growth_measured, g);
+}
+
+}  // namespace graphcheck::engine

@@ -1,0 +1,192 @@
+// PassRun's forwards (engine/pass_run.h): the inputs of each batch size, eager(A), the replay of
+// a captured graph, the noise floor, and the replay + compare of every graph (with the eager-only
+// batch sizes) after the initial load and each cycle.
+
+#include <c10/core/Device.h>
+#include <fmt/format.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "counting_allocator.h"
+#include "engine/driver.h"
+#include "engine/errors.h"
+#include "engine/pass_run.h"
+#include "graphcheck/engine/backend.h"
+#include "graphcheck/probe.h"
+#include "passes/passes.h"
+#include "tensor_format.h"
+#include "tolerance.h"
+
+namespace graphcheck::engine {
+
+TensorList PassRun::make_inputs(std::int64_t batch_size, std::uint64_t seed) {
+  TensorList inputs =
+      call_model(m_phase, "make_inputs()", [&] { return m_model->make_inputs(batch_size, seed); });
+  const c10::Device device = backend().device();  // the model's inputs live with the model
+  if (!device.is_cpu()) {
+    for (auto& t : inputs) t = t.to(device);
+  }
+  return inputs;
+}
+
+TensorList PassRun::input_for(std::int64_t batch_size, int salt) {
+  HarnessTime t(m_harness_seconds);
+  const std::uint64_t seed = m_driver.seed() * 1000003u + static_cast<std::uint64_t>(salt) * 7919u +
+                             static_cast<std::uint64_t>(batch_size);
+  return make_inputs(batch_size, seed);
+}
+
+TensorList PassRun::eager(const TensorList& inputs) {
+  TensorList out = call_model(m_phase, "forward()", [&] {
+    torch::NoGradGuard no_grad;
+    return m_model->forward_all(inputs);
+  });
+  for (auto& t : out) {
+    if (t.defined()) t = t.clone();
+  }
+  return out;
+}
+
+TensorList PassRun::replay(std::size_t index, const TensorList& inputs) {
+  CapturedGraph& graph = *m_graphs.at(index);
+  write_inputs(graph, inputs);
+  call_model(m_phase, "graph replay", [&] {
+    graph.replay();
+    return 0;
+  });
+  TensorList out;
+  for (const auto& t : graph.static_outputs()) out.push_back(t.clone());
+  return out;
+}
+
+void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
+  const TensorList& statics = graph.static_inputs();
+  if (inputs.size() != statics.size()) {
+    throw ModelFailure(m_phase, fmt::format("make_inputs({}) returned {} tensors but the graph was "
+                                            "captured with {}: inputs must keep their count",
+                                            graph.batch_size(), inputs.size(), statics.size()));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].sizes() != statics[i].sizes() || inputs[i].scalar_type() != statics[i].scalar_type()) {
+      throw ModelFailure(m_phase, fmt::format(
+                                      "make_inputs({}) returned input {} as {} {} but the graph was "
+                                      "captured with {} {}: inputs of one batch size must keep "
+                                      "their shape and dtype",
+                                      graph.batch_size(), i, c10::toString(inputs[i].scalar_type()),
+                                      shape_string(inputs[i].sizes()),
+                                      c10::toString(statics[i].scalar_type()),
+                                      shape_string(statics[i].sizes())));
+    }
+    statics[i].copy_(inputs[i]);
+  }
+}
+
+// The noise floor: the largest difference between two more eager(A) runs on the same inputs.
+double PassRun::measure_noise(const TensorList& inputs) {
+  UncountedScope uncounted;
+  const TensorList first = eager(inputs);
+  const TensorList second = eager(inputs);
+  double noise = 0;
+  for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
+    if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
+    const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
+    if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
+  }
+  return noise;
+}
+
+// Prefill: an eager-only batch size (capture.eager_batch_sizes) runs through A and B as the
+// graphs' inputs do, so that a difference only the captured (decode) graphs show is told apart.
+void PassRun::eager_compare(std::int64_t batch_size) {
+  m_batch_size = batch_size;
+  TensorList inputs = input_for(batch_size, m_cycle + 1);
+  (void)reference_model();  // model B, outside every window
+  m_phase = Phase::compare;
+  CompareEvent c;
+  static_cast<PhaseEvent&>(c) = event(Phase::compare);
+  c.inputs = inputs;
+  c.reference_outputs = reference_forward(inputs);
+  begin(&Probe::on_compare_begin, c);
+  c.eager_outputs = eager(inputs);
+  {
+    HarnessTime t(m_harness_seconds);
+    UncountedScope uncounted;
+    c.noise_floor = noise_floor(batch_size);
+    const GraphBackend& backend = m_driver.backend();
+    for (const auto& out : c.eager_outputs) {
+      if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
+      const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
+      c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
+                                                           c.noise_floor, out.scalar_type(), magnitude));
+    }
+  }
+  end(&Probe::on_compare_end, c);
+}
+
+void PassRun::replay_all() {
+  if (m_pass == Pass::observe) {
+    for (std::int64_t b : scenario().eager_batch_sizes) eager_compare(b);
+  }
+  for (std::size_t i = 0; i < m_graphs.size(); ++i) {
+    CapturedGraph& graph = *m_graphs[i];
+    const std::int64_t b = graph.batch_size();
+    m_batch_size = b;
+    TensorList inputs = input_for(b, m_cycle + 1);
+    if (m_pass == Pass::observe) (void)reference_model();  // model B, outside every window
+
+    m_phase = Phase::replay;
+    ReplayEvent r;
+    static_cast<PhaseEvent&>(r) = event(Phase::replay);
+    r.graph = &m_views[i];
+    begin(&Probe::on_replay_begin, r);
+    write_inputs(graph, inputs);
+    call_model(Phase::replay, "graph replay", [&] {
+      graph.replay();
+      m_driver.backend().synchronize();
+      return 0;
+    });
+    r.replay_outputs = graph.static_outputs();
+    end(&Probe::on_replay_end, r);
+    if (m_pass == Pass::poison && passes::holds_nan(r.replay_outputs)) {
+      ReplayNanEvent n;
+      static_cast<PhaseEvent&>(n) = r;
+      n.graph = r.graph;
+      n.replay_outputs = r.replay_outputs;
+      n.reference_outputs = reference_forward(graph.static_inputs());
+      notify(&Probe::on_replay_nan, n);
+    }
+
+    m_phase = Phase::compare;
+    CompareEvent c;
+    static_cast<PhaseEvent&>(c) = event(Phase::compare);
+    c.graph = &m_views[i];
+    c.inputs = inputs;
+    for (const auto& t : r.replay_outputs) c.replay_outputs.push_back(t.clone());
+    if (m_pass == Pass::observe) c.reference_outputs = reference_forward(inputs);  // outside windows
+    begin(&Probe::on_compare_begin, c);
+    c.eager_outputs = eager(inputs);
+    {
+      HarnessTime t(m_harness_seconds);
+      UncountedScope uncounted;
+      c.noise_floor = noise_floor(b);
+      // Per output (its dtype and magnitude); the largest applies.
+      const GraphBackend& backend = m_driver.backend();
+      c.tolerance = 0;
+      for (const auto& out : c.eager_outputs) {
+        if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
+        const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
+        c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
+                                                             c.noise_floor, out.scalar_type(), magnitude));
+      }
+    }
+    end(&Probe::on_compare_end, c);
+    if (m_pass == Pass::coverage) coverage(i, c);
+  }
+  m_batch_size = 0;
+}
+
+}  // namespace graphcheck::engine

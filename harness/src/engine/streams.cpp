@@ -1,0 +1,74 @@
+// RecordingStream's recording and its copy-on-need settlement after a load (engine/streams.h):
+// the ledger model B is built from. The harness's copies are uncounted and their time is the
+// harness's, not the model's.
+
+#include "engine/streams.h"
+
+#include <c10/util/Exception.h>
+
+#include "counting_allocator.h"
+#include "engine/errors.h"
+#include "fingerprint.h"
+
+namespace graphcheck::engine {
+
+std::optional<NamedTensor> RecordingStream::next() {
+  std::optional<NamedTensor> item;
+  {
+    // The checkpoint's tensors are the harness's memory, not the model's: the records keep them.
+    UncountedScope uncounted;
+    item = m_inner.next();
+  }
+  if (item) {
+    HarnessTime t(m_harness);
+    UncountedScope uncounted;  // the harness's copy, not the model's memory
+    Recorded r{{item->name, m_copy ? item->tensor.clone() : item->tensor}, 0, 0, 0};
+    if (!m_copy && r.item.tensor.defined()) {
+      r.version = version_of(r.item.tensor);
+      r.print = fingerprint(r.item.tensor);
+      // Other tensors on its storage now (the source's views, if any): a loader that keeps a view
+      // or rebinds a parameter onto it (set_data) adds one.
+      r.storage_refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
+    }
+    m_recorded.push_back(std::move(r));
+    m_seen.insert(item->name);
+  }
+  return item;
+}
+
+std::vector<NamedTensor> RecordingStream::finish() {
+  HarnessTime t(m_harness);
+  UncountedScope uncounted;
+  std::vector<NamedTensor> streamed;
+  streamed.reserve(m_recorded.size());
+  for (Recorded& r : m_recorded) {
+    torch::Tensor& tensor = r.item.tensor;
+    if (!m_copy && tensor.defined()) {
+      const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
+      // Kept: a handle to the same tensor besides ours (the loader stored the item), or another
+      // tensor on its storage (a view, a parameter rebound onto it).
+      const bool kept = tensor.use_count() > 1 ||
+                        (tensor.has_storage() && tensor.storage().use_count() > r.storage_refs);
+      if (written && m_reread) {
+        tensor = m_reread(r.item.name);
+      } else if (written || kept) {
+        tensor = tensor.clone();
+      }
+    }
+    m_into[r.item.name] = tensor;
+    if (m_superseded) m_superseded->erase(r.item.name);
+    streamed.push_back(std::move(r.item));
+  }
+  m_recorded.clear();
+  return streamed;
+}
+
+std::int64_t RecordingStream::version_of(const torch::Tensor& t) {
+  try {
+    return static_cast<std::int64_t>(t._version());
+  } catch (const c10::Error&) {
+    return -1;  // an inference tensor has no version counter: the fingerprint decides
+  }
+}
+
+}  // namespace graphcheck::engine
