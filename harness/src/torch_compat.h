@@ -23,6 +23,16 @@
 #define GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH 0
 #endif
 
+// CUDAGraph::capture_begin() routes pinned host allocations into the graph's pool as well
+// (at::HostAllocator::begin_allocate_to_pool / end_allocate_to_pool) from libtorch 2.11; 2.10's
+// ATen/core/CachingHostAllocator.h has neither (Note [Failed capture] in
+// backends/cuda_backend.cpp).
+#if GRAPHCHECK_TORCH_AT_LEAST(2, 11)
+#define GRAPHCHECK_HAS_HOST_ALLOCATOR_POOLS 1
+#else
+#define GRAPHCHECK_HAS_HOST_ALLOCATOR_POOLS 0
+#endif
+
 // PyTorch's check_input_liveness (2.14) is Python only (a TorchDispatchMode in
 // torch.utils._cuda_debug); the cuda backend carries a C++ counterpart of it in every version
-// (Note [Input liveness] in backends/cuda_backend.cpp).
+// (Note [Input liveness] in backends/cuda_parts.h).

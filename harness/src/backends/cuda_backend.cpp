@@ -21,217 +21,38 @@
 
 #include "address_index.h"
 #include "backends/cuda_compat.h"
+#include "backends/cuda_parts.h"
 #include "backends/cuda_driver.h"
 #include "backends/cuda_graph_audit.h"
 #include "backends/pointer_audit.h"
+#include "graphcheck/hooks.h"
 #include "torch_compat.h"
+#if GRAPHCHECK_HAS_HOST_ALLOCATOR_POOLS
+#include <ATen/core/CachingHostAllocator.h>
+#endif
 #if GRAPHCHECK_HAS_CUPTI
 #include "backends/cupti_collector.h"
 #endif
 
-// Note [Input liveness]
-// PyTorch 2.14's check_input_liveness (torch.cuda.CUDAGraph.capture_begin) is a Python
-// TorchDispatchMode: it records every tensor an op reads during capture that the capture did not
-// produce, and at replay raises when one of them was freed. libtorch has no C++ entry point for
-// it, so the backend carries the same idea in C++: a thread-local RecordFunction callback with
-// inputs records each CUDA tensor input of every op dispatched during capture (address, extent,
-// dtype, shape and a weak reference to its storage). It is a second opinion beside the pointer
-// audit: it sees what dispatched ops read (with dtypes and shapes the audit cannot know) but not
-// raw kernel launches, while the audit sees every kernel's parameters but only bare addresses.
-// At replay, an input whose storage was freed is counted (gc/cuda/liveness/dead_inputs).
+// Note [Failed capture]
+// at::cuda::CUDAGraph::capture_begin() registers the caching allocator's routing of the capture
+// stream's allocations into the graph's private pool (CUDACachingAllocator::beginAllocateToPool,
+// before cudaStreamBeginCapture; from libtorch 2.11 the pinned host allocator's too), and only
+// capture_end() ends it (endAllocateToPool), after its stream check and, in the releases this
+// builds against, after AT_CUDA_CHECK(cudaStreamEndCapture); the graph's destructor (reset())
+// does not (ATen/cuda/CUDAGraph.cpp). A capture that the forward invalidated (a host sync) makes
+// cudaStreamEndCapture fail, so capture_end() throws with the routing still registered: its
+// filter, a lambda over the destroyed CUDAGraph, is then called on every later allocation, the
+// allocator defers reclaiming cross-stream frees while any routing is registered, and the next
+// capture_begin() into the same pool is refused ("already recording to mempool_id"). CaptureScope
+// ends what a capture that did not end cleanly left: the stream's capture, then the routing. (The
+// pool's use count that capture_begin() took stays taken: releasing it from outside could release
+// it twice; the pool lives as long as the backend anyway.)
 
 namespace graphcheck {
 namespace {
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(
-        fmt::format("graphcheck cuda backend: {} failed: {}", what, cudaGetErrorString(err)));
-  }
-}
-
-bool env_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && (std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "OFF");
-}
-
-// ---- Note [Input liveness] ------------------------------------------------------------------
-
-struct TrackedInput {
-  std::uint64_t address = 0;
-  std::uint64_t bytes = 0;
-  c10::ScalarType dtype = c10::ScalarType::Undefined;
-  std::vector<std::int64_t> sizes, strides;
-  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
-};
-
-struct LivenessLog {
-  std::map<std::uint64_t, TrackedInput> inputs;  // by address
-};
-thread_local LivenessLog* t_liveness = nullptr;
-
-std::unique_ptr<at::ObserverContext> on_op_inputs(const at::RecordFunction& fn) {
-  if (!t_liveness) return nullptr;
-  for (const c10::IValue& v : fn.inputs()) {
-    if (!v.isTensor()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.is_cuda() || !t.has_storage() || t.numel() == 0) continue;
-    const auto address = reinterpret_cast<std::uint64_t>(t.data_ptr());
-    if (t_liveness->inputs.count(address)) continue;
-    TrackedInput in;
-    in.address = address;
-    in.bytes = tensor_extent_bytes(t);
-    in.dtype = t.scalar_type();
-    in.sizes = t.sizes().vec();
-    in.strides = t.strides().vec();
-    in.storage = c10::weak_intrusive_ptr<c10::StorageImpl>(
-        c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(t.storage().unsafeGetStorageImpl()));
-    t_liveness->inputs.emplace(address, std::move(in));
-  }
-  return nullptr;
-}
-
-class LivenessTracker {
- public:
-  explicit LivenessTracker(LivenessLog& log)
-      : m_handle(at::addThreadLocalCallback(at::RecordFunctionCallback(&on_op_inputs)
-                                                .needsInputs(true)
-                                                .scopes({at::RecordScope::FUNCTION}))) {
-    t_liveness = &log;
-  }
-  ~LivenessTracker() {
-    at::removeCallback(m_handle);
-    t_liveness = nullptr;
-  }
-  LivenessTracker(const LivenessTracker&) = delete;  // move-only
-  LivenessTracker& operator=(const LivenessTracker&) = delete;
-
- private:
-  at::CallbackHandle m_handle;
-};
-
-// ---- memory -----------------------------------------------------------------------------------
-
-// The CUDA caching allocator's device stats. Allocations are not individually attributed:
-// alive_since(moment) is the net growth of allocated bytes since that moment.
-class CudaMemoryMeter final : public MemoryMeter {
- public:
-  explicit CudaMemoryMeter(c10::DeviceIndex device) : m_device(device) {}
-  [[nodiscard]] std::string name() const override {
-    return "cuda caching allocator (device stats)";
-  }
-  void start() override {}
-  void stop() override {}
-  [[nodiscard]] std::uint64_t now() const override {
-    m_moments.push_back(live_bytes());
-    return m_moments.size() - 1;
-  }
-  [[nodiscard]] std::int64_t live_bytes() const override { return stat(false).current; }
-  [[nodiscard]] std::int64_t alive_since(std::uint64_t moment) const override {
-    if (moment >= m_moments.size()) return 0;
-    return std::max<std::int64_t>(0, live_bytes() - m_moments[moment]);
-  }
-  [[nodiscard]] std::int64_t peak_bytes() const override { return stat(false).peak; }
-  void reset_peak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(m_device); }
-  [[nodiscard]] std::int64_t reserved_bytes() const { return stat(true).current; }
-
- private:
-  struct Stat {
-    std::int64_t current = 0, peak = 0;
-  };
-  [[nodiscard]] Stat stat(bool reserved) const {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(m_device);
-    const auto& s =
-        reserved ? stats.reserved_bytes[0] : stats.allocated_bytes[0];  // [0]: aggregate
-    return {s.current, s.peak};
-  }
-  c10::DeviceIndex m_device;
-  mutable std::vector<std::int64_t> m_moments;
-};
-
-// ---- timing -----------------------------------------------------------------------------------
-
-// A pair of CUDA events around work on a stream; read once the stream is synchronised.
-class EventTimer {
- public:
-  EventTimer() {
-    check_cuda(cudaEventCreate(&m_start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&m_end), "cudaEventCreate");
-  }
-  ~EventTimer() {
-    cudaEventDestroy(m_start);
-    cudaEventDestroy(m_end);
-  }
-  EventTimer(const EventTimer&) = delete;  // move-only
-  EventTimer& operator=(const EventTimer&) = delete;
-  void start(cudaStream_t s) { check_cuda(cudaEventRecord(m_start, s), "cudaEventRecord"); }
-  void stop(cudaStream_t s) { check_cuda(cudaEventRecord(m_end, s), "cudaEventRecord"); }
-  [[nodiscard]] double seconds() const {
-    float ms = 0;
-    check_cuda(cudaEventSynchronize(m_end), "cudaEventSynchronize");
-    check_cuda(cudaEventElapsedTime(&ms, m_start, m_end), "cudaEventElapsedTime");
-    return ms / 1000.0;
-  }
-
- private:
-  cudaEvent_t m_start = nullptr, m_end = nullptr;
-};
-
-struct PendingTiming {
-  std::string phase;
-  std::int64_t batch_size = 0;
-  std::unique_ptr<EventTimer> timer;
-};
-
-// What every graph of a backend shares: the device, the capture stream, the pool, and where
-// measurements go.
-struct CudaShared {
-  c10::Device device{c10::kCUDA, 0};
-  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, 0);
-  decltype(at::cuda::graph_pool_handle()) pool{};
-  std::vector<BackendMeasurement> measurements;
-  std::vector<PendingTiming> timings;
-#if GRAPHCHECK_HAS_CUPTI
-  std::unique_ptr<CuptiCollector> cupti;
-#endif
-
-  void measure(std::string tag, double value, std::string unit, std::string phase,
-               std::int64_t batch) {
-    measurements.push_back({std::move(tag), value, std::move(unit), std::move(phase), batch});
-  }
-  void begin_window(const char* name) {
-#if GRAPHCHECK_HAS_CUPTI
-    if (cupti) cupti->begin_window(name);
-#else
-    (void)name;
-#endif
-  }
-  void end_window(const char* phase, std::int64_t batch) {
-#if GRAPHCHECK_HAS_CUPTI
-    if (!cupti) return;
-    const CuptiWindow w = cupti->end_window();
-    const std::string p = phase;
-    measure(fmt::format("gc/cupti/{}/kernels", p), static_cast<double>(w.kernels), "launches", p,
-            batch);
-    measure(fmt::format("gc/cupti/{}/graph_kernels", p), static_cast<double>(w.graph_kernels),
-            "launches", p, batch);
-    measure(fmt::format("gc/cupti/{}/graph_nodes", p), static_cast<double>(w.graph_nodes.size()),
-            "nodes", p, batch);
-    measure(fmt::format("gc/cupti/{}/memcpys", p), static_cast<double>(w.memcpys), "ops", p, batch);
-    measure(fmt::format("gc/cupti/{}/memsets", p), static_cast<double>(w.memsets), "ops", p, batch);
-    measure(fmt::format("gc/cupti/{}/allocations", p), static_cast<double>(w.allocations),
-            "allocations", p, batch);
-    measure(fmt::format("gc/cupti/{}/allocated_bytes", p), static_cast<double>(w.allocated_bytes),
-            "bytes", p, batch);
-    if (w.dropped)
-      measure(fmt::format("gc/cupti/{}/dropped_records", p), static_cast<double>(w.dropped),
-              "records", p, batch);
-#else
-    (void)phase;
-    (void)batch;
-#endif
-  }
-};
+using namespace cuda_parts;  // backends/cuda_parts.h
 
 // ---- graphs -----------------------------------------------------------------------------------
 
@@ -300,6 +121,63 @@ struct Capture {
   audit::AuditResult audit;
 };
 
+// Note [Failed capture]: unless ended() was called (capture_end() returned), ends on the way out
+// the capture stream's capture and the allocator's routing into the pool, then drops the graph.
+// Made after the CUDAStreamGuard to the capture stream (capture_end() checks the current stream).
+class CaptureScope {
+ public:
+  CaptureScope(Capture& capture, const CudaShared& shared) : m_capture(capture), m_shared(shared) {}
+  ~CaptureScope() {
+    if (!m_ended) abandon();
+  }
+  CaptureScope(const CaptureScope&) = delete;  // move-only
+  CaptureScope& operator=(const CaptureScope&) = delete;
+  void ended() { m_ended = true; }
+
+ private:
+  void abandon() noexcept {
+    const cudaStream_t stream = m_shared.stream.stream();
+    // A forward that threw without invalidating the capture: capture_end() ends all of it.
+    if (capturing(stream) && m_capture.graph) {
+      try {
+        m_capture.graph->capture_end();
+      } catch (const std::exception&) {
+      }
+    }
+    // What capture_end() left capturing (it threw before cudaStreamEndCapture).
+    if (capturing(stream)) {
+      cudaGraph_t graph = nullptr;
+      if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    }
+    // What capture_end() left routed. Where it got as far as ending the routing itself, the
+    // allocator refuses a second end ("not currently recording to mempool_id"): nothing to do.
+    const c10::DeviceIndex device = m_shared.device.index();
+    try {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(device, m_shared.pool);
+    } catch (const std::exception&) {
+    }
+#if GRAPHCHECK_HAS_HOST_ALLOCATOR_POOLS
+    try {
+      at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(m_shared.pool);
+    } catch (const std::exception&) {
+    }
+#endif
+    // The filters are gone: the graph (which they pointed to) and its outputs may go.
+    m_capture.outputs.clear();
+    m_capture.graph.reset();
+    (void)cudaGetLastError();  // clear the capture's error for the next CUDA call
+  }
+  static bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status{};
+    return cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+           status != cudaStreamCaptureStatusNone;
+  }
+
+  Capture& m_capture;
+  const CudaShared& m_shared;
+  bool m_ended = false;
+};
+
 class CudaBackend final : public GraphBackend {
  public:
   explicit CudaBackend(c10::DeviceIndex device) : m_meter(device) {
@@ -359,8 +237,8 @@ class CudaBackend final : public GraphBackend {
                        t.phase, t.batch_size);
     }
     m_shared.timings.clear();
-    m_shared.measure("gc/cuda/memory/allocated_bytes", static_cast<double>(m_meter.live_bytes()),
-                     "bytes", "scenario", 0);
+    m_shared.measure("gc/cuda/memory/allocated_bytes",
+                     static_cast<double>(m_meter.allocated_bytes()), "bytes", "scenario", 0);
     m_shared.measure("gc/cuda/memory/reserved_bytes", static_cast<double>(m_meter.reserved_bytes()),
                      "bytes", "scenario", 0);
     m_shared.measure("gc/cuda/memory/pool_bytes", static_cast<double>(pool_bytes()), "bytes",
@@ -380,6 +258,7 @@ class CudaBackend final : public GraphBackend {
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(m_shared.device.index());
     check_cuda(cudaStreamSynchronize(current.stream()), "cudaStreamSynchronize");
     {
+      const Uncounted uncounted(m_meter);  // Note [Uncounted forwards]
       const c10::cuda::CUDAStream side =
           c10::cuda::getStreamFromPool(false, m_shared.device.index());
       const c10::cuda::CUDAStreamGuard guard(side);
@@ -401,9 +280,12 @@ class CudaBackend final : public GraphBackend {
     std::vector<GraphRead> reads;
     if (m_audit && cuda_driver().missing.empty()) {
       // Note [Pointer audit]: a second capture rules out words that only look like pointers.
-      Capture second = capture_once(model, inputs, batch_size, nullptr);
-      const std::vector<audit::AuditHit> kept = audit::confirm(first.audit, second.audit);
-      second = Capture{};
+      std::vector<audit::AuditHit> kept;
+      {
+        const Uncounted uncounted(m_meter);  // Note [Uncounted forwards]
+        const Capture second = capture_once(model, inputs, batch_size, nullptr);
+        kept = audit::confirm(first.audit, second.audit);
+      }  // `second` is gone before `uncounted`: its outputs' memory is uncounted too
       reads = to_reads(audit::reads_of(kept), liveness, nullptr);
       report_audit(first.audit, kept, reads, liveness, ranges(model, inputs), batch_size);
     } else {
@@ -429,13 +311,13 @@ class CudaBackend final : public GraphBackend {
     c.graph = std::make_unique<at::cuda::CUDAGraph>();
 #endif
     const c10::cuda::CUDAStreamGuard guard(m_shared.stream);
+    CaptureScope scope(c, m_shared);  // Note [Failed capture]: every way out below
     c.graph->capture_begin(m_shared.pool);
     try {
       std::optional<LivenessTracker> tracker;
       if (liveness) tracker.emplace(*liveness);
       c.outputs = model.forward_all(inputs);
     } catch (const std::exception& e) {
-      abandon(c);
       throw NotCapturable(fmt::format(
           "the forward failed during CUDA graph capture at batch size {}: {} (a host sync such as "
           "item() or .cpu(), a copy between host and device, or a synchronising allocation cannot "
@@ -443,14 +325,13 @@ class CudaBackend final : public GraphBackend {
           batch_size, e.what()));
     }
     if (c.outputs.empty()) {
-      abandon(c);
       throw NotCapturable("forward must return at least one tensor to be captured");
     }
     const auto end_capture = [&] {
       try {
         c.graph->capture_end();
+        scope.ended();
       } catch (const std::exception& e) {
-        abandon(c);
         throw NotCapturable(
             fmt::format("CUDA graph capture at batch size {} failed: {}", batch_size, e.what()));
       }
@@ -472,21 +353,6 @@ class CudaBackend final : public GraphBackend {
     end_capture();
 #endif
     return c;
-  }
-
-  // Ends a failed capture so that the stream and the pool are usable again.
-  void abandon(Capture& c) {
-    cudaStreamCaptureStatus status{};
-    if (cudaStreamIsCapturing(m_shared.stream.stream(), &status) == cudaSuccess &&
-        status != cudaStreamCaptureStatusNone) {
-      try {
-        c.graph->capture_end();
-      } catch (const std::exception&) {
-      }
-    }
-    c.outputs.clear();
-    c.graph.reset();
-    (void)cudaGetLastError();  // clear the capture's sticky error for the next CUDA call
   }
 
   // Note [Pointer audit]: the ranges a word is classified against.

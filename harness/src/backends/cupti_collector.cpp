@@ -8,18 +8,25 @@
 
 namespace graphcheck {
 
-// CUPTI's activity API reports through plain C callbacks without a user pointer: the one active
-// collector is reached through this pointer (CUPTI allows one subscriber per process anyway).
 struct CuptiCollector::State {
   CUpti_SubscriberHandle subscriber = nullptr;
-  std::mutex mutex;
-  bool open = false;
-  CuptiWindow window;
+  bool open = false;   // the backend's thread only
+  CuptiWindow window;  // guarded by g_mutex
 };
 
 namespace {
 
-CuptiCollector::State* g_active = nullptr;
+// CUPTI's activity API reports through plain C callbacks without a user pointer: the one active
+// collector is reached through g_active (CUPTI allows one subscriber per process anyway). The
+// buffer-completed callback may run on a CUPTI worker thread, not the one that calls
+// cuptiActivityFlushAll (cupti_activity.h, cuptiActivityRegisterCallbacks: buffers are "handled
+// using asynchronous requested/completed callbacks"), so the pointer and the window behind it are
+// read and written only under g_mutex. An atomic pointer alone would not do: a callback that has
+// loaded it could still use the State while ~CuptiCollector destroys it. The backend's thread
+// never holds g_mutex across a CUPTI call (cuptiActivityFlushAll delivers buffers to the callback,
+// which takes it).
+std::mutex g_mutex;
+CuptiCollector::State* g_active = nullptr;  // guarded by g_mutex
 
 std::string cupti_error(CUptiResult r) {
   const char* text = nullptr;
@@ -40,11 +47,19 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, std::uint32_t stream_id, std::uint8_t* buffer,
-                               std::size_t, std::size_t valid) {
-  CuptiCollector::State* state = g_active;
-  if (state) {
-    std::lock_guard<std::mutex> lock(state->mutex);
+// The records CUPTI dropped since the last read. Since CUDA 6.0 all activity buffers are global
+// (cupti_activity.h, CUpti_BuffersCallbackCompleteFunc: its context and streamId "will always be
+// NULL"), and a NULL context gets "the dropped count from global queue", which is where every
+// record lands; each read resets that count to zero.
+std::size_t dropped_records() {
+  std::size_t dropped = 0;
+  return cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS ? dropped : 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (CuptiCollector::State* state = g_active) {
     CuptiWindow& w = state->window;
     CUpti_Activity* record = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
@@ -77,9 +92,7 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t stream_id, std::uint8_t*
           break;
       }
     }
-    std::size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(nullptr, stream_id, &dropped) == CUPTI_SUCCESS)
-      w.dropped += dropped;
+    w.dropped += dropped_records();  // where cupti_activity.h says to: with each completed buffer
   }
   std::free(buffer);
 }
@@ -96,7 +109,12 @@ std::unique_ptr<CuptiCollector> CuptiCollector::start() {
   std::unique_ptr<CuptiCollector> c(new CuptiCollector);
   c->m_state = std::make_unique<State>();
   const CUptiResult r = cuptiSubscribe(&c->m_state->subscriber, on_callback, nullptr);
-  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || g_active != nullptr) {
+  bool other_collector = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    other_collector = g_active != nullptr;
+  }
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || other_collector) {
     if (r == CUPTI_SUCCESS) cuptiUnsubscribe(c->m_state->subscriber);
     throw CuptiBusy(
         "CUPTI is already in use by another subscriber in this process (a profiler such as "
@@ -106,7 +124,10 @@ std::unique_ptr<CuptiCollector> CuptiCollector::start() {
   check(r, "cuptiSubscribe");
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
         "cuptiActivityRegisterCallbacks");
-  g_active = c->m_state.get();
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_active = c->m_state.get();
+  }
   return c;
 }
 
@@ -115,14 +136,19 @@ CuptiCollector::~CuptiCollector() {
   if (m_state->open) {
     for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
   }
-  cuptiActivityFlushAll(1);
-  if (g_active == m_state.get()) g_active = nullptr;
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  {
+    // After this no callback reaches the State that m_state's destructor frees.
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_active == m_state.get()) g_active = nullptr;
+  }
   cuptiUnsubscribe(m_state->subscriber);
 }
 
 void CuptiCollector::begin_window(std::string name) {
+  (void)dropped_records();  // resets the count: drops before the window are not its own
   {
-    std::lock_guard<std::mutex> lock(m_state->mutex);
+    std::lock_guard<std::mutex> lock(g_mutex);
     m_state->window = CuptiWindow{};
     m_state->window.name = std::move(name);
   }
@@ -131,10 +157,16 @@ void CuptiCollector::begin_window(std::string name) {
 }
 
 CuptiWindow CuptiCollector::end_window() {
-  check(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
+  // Blocking, but it "doesn't issue any CUDA synchronization calls" (cupti_activity.h,
+  // cuptiActivityFlushAll): the caller has synchronised the window's work (header contract).
+  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
   m_state->open = false;
-  std::lock_guard<std::mutex> lock(m_state->mutex);
+  // Records dropped for want of a buffer (buffer_requested found no memory) may leave no
+  // completed buffer to read the count with.
+  const std::size_t dropped = dropped_records();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  m_state->window.dropped += dropped;
   return std::move(m_state->window);
 }
 

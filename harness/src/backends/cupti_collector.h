@@ -42,7 +42,9 @@ class CuptiCollector {
   CuptiCollector& operator=(const CuptiCollector&) = delete;
 
   void begin_window(std::string name);
-  // Flushes CUPTI's buffers and returns what the window recorded.
+  // Flushes CUPTI's buffers and returns what the window recorded. The caller synchronises the
+  // window's work first (cudaDeviceSynchronize): cuptiActivityFlushAll issues no CUDA
+  // synchronisation, and a kernel still in flight is not (completely) recorded yet.
   [[nodiscard]] CuptiWindow end_window();
 
   struct State;  // what CUPTI's C callbacks reach (cupti_collector.cpp)
