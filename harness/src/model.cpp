@@ -1,3 +1,4 @@
+#include "support/registry.h"
 #include "graphcheck/model.h"
 #include "graphcheck/plugin.h"
 
@@ -353,14 +354,8 @@ ModelRegistry& ModelRegistry::get() {
 }
 
 bool ModelRegistry::add(std::string name, ModelFactory factory) {
-  if (m_entries.count(name)) {
-    if (detail::record_clash("model", name)) return false;  // a plugin's clash: load_plugin() reports it
-    std::fprintf(stderr, "graphcheck: model '%s' is registered twice\n", name.c_str());
-    std::abort();
-  }
   auto entry = std::make_unique<Entry>(Entry{name, std::move(factory)});
-  m_entries.emplace(std::move(name), std::move(entry));
-  return true;
+  return detail::add_once(m_entries, "model", std::move(name), std::move(entry));
 }
 
 bool ModelRegistry::describe(const std::string& name, std::string description) {

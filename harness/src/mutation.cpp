@@ -1,5 +1,5 @@
 #include "graphcheck/mutation.h"
-#include "graphcheck/plugin.h"
+#include "support/registry.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,16 +18,8 @@ thread_local const std::set<std::string>* t_enabled = nullptr;
 }  // namespace
 
 bool add(std::string name, std::string owner, std::string description) {
-  auto& entries = registry();
-  if (entries.count(name)) {
-    if (detail::record_clash("mutation", name)) return false;  // a plugin's clash: load_plugin() reports it
-    std::fprintf(stderr, "graphcheck: mutation '%s' is registered twice; give it one owner\n",
-                 name.c_str());
-    std::abort();
-  }
   Info info{name, std::move(owner), std::move(description)};
-  entries.emplace(std::move(name), std::move(info));
-  return true;
+  return detail::add_once(registry(), "mutation", std::move(name), std::move(info), "; give it one owner");
 }
 
 const Info* find(std::string_view name) {

@@ -180,14 +180,13 @@ bool announce_backend(const std::string& name) {
   return true;
 }
 
-// The end of a run: reports that could not be written (exit 3), a stop (128 + signal); nullopt
-// when the run's own verdict decides the exit code.
-std::optional<int> run_ended(const gc::session::Outcome& outcome) {
+// Says why a run ended as it did, and returns its exit code.
+int finish(const gc::session::Plan& plan, const gc::session::Outcome& outcome, gc::session::Shard shard) {
   say_errors(outcome.report_errors);
-  if (!outcome.report_errors.empty()) return kExitHarness;
-  if (outcome.signal == 0) return std::nullopt;
-  fmt::print(stderr, "graphcheck: {}\n", outcome.run.incomplete_reason);
-  return 128 + outcome.signal;
+  const gc::session::Ending end = gc::session::ending(plan, outcome, shard);
+  if (end.error) fmt::print(stderr, "graphcheck: {}\n", end.message);
+  else if (!end.message.empty()) fmt::print("{}\n", end.message);
+  return end.code;
 }
 
 int cmd_run(RunArgs& args) {
@@ -216,16 +215,7 @@ int cmd_run(RunArgs& args) {
   const gc::session::Outcome outcome = gc::session::run_plan(*plan, exec, selection->shard, files, listeners);
   console.on_run_done(outcome.run);
   if (outcome.report_errors.empty()) fmt::print("reports: {}\n", args.reports.written());
-  if (const std::optional<int> rc = run_ended(outcome)) return *rc;
-  if (plan->items.empty() && selection->shard.total > 1) {
-    fmt::print("shard {} of {} holds no scenario: nothing to run\n", selection->shard.index, selection->shard.total);
-    return kExitPassed;
-  }
-  if (plan->runnable() == 0) {
-    fmt::print(stderr, "graphcheck: no scenario could run with the mutations given\n");
-    return kExitUsage;
-  }
-  return outcome.run.exit_code();
+  return finish(*plan, outcome, selection->shard);
 }
 
 struct MutantsArgs {
@@ -265,9 +255,7 @@ int cmd_mutants(MutantsArgs& args) {
     fmt::print("\n{} runs, {} problems ({:.1f} s); reports: {}\n", run.scenarios.size(), problems, run.seconds,
                args.reports.written());
   }
-  if (const std::optional<int> rc = run_ended(outcome)) return *rc;
-  if (run.count(gc::Status::crashed)) return kExitHarness;
-  return problems == 0 ? kExitPassed : 1;
+  return finish(plan, outcome, selection->shard);
 }
 
 // ---- compare, list, inspect ---------------------------------------------------------------

@@ -1,8 +1,5 @@
-#include <cstdio>
-#include <cstdlib>
-
 #include "graphcheck/probe.h"
-#include "graphcheck/plugin.h"
+#include "support/registry.h"
 
 namespace graphcheck {
 
@@ -13,14 +10,8 @@ ProbeRegistry& ProbeRegistry::get() {
 
 bool ProbeRegistry::add(std::string name, std::string description, ProbeFactory factory,
                         std::vector<Pass> passes) {
-  if (m_entries.count(name)) {
-    if (detail::record_clash("probe", name)) return false;  // a plugin's clash: load_plugin() reports it
-    std::fprintf(stderr, "graphcheck: probe '%s' is registered twice\n", name.c_str());
-    std::abort();
-  }
   auto entry = std::make_unique<Entry>(Entry{name, std::move(description), std::move(factory), std::move(passes)});
-  m_entries.emplace(std::move(name), std::move(entry));
-  return true;
+  return detail::add_once(m_entries, "probe", std::move(name), std::move(entry));
 }
 
 const ProbeRegistry::Entry* ProbeRegistry::find(const std::string& name) const {

@@ -126,4 +126,18 @@ Outcome run_plan(const Plan& plan, const ExecOptions& options, Shard shard, Repo
   return out;
 }
 
+Ending ending(const Plan& plan, const Outcome& outcome, Shard shard) {
+  if (!outcome.report_errors.empty()) return {3, "", false};  // each error was reported as it happened
+  if (outcome.signal != 0) return {128 + outcome.signal, outcome.run.incomplete_reason, true};
+  if (plan.mutants) {
+    if (outcome.run.count(Status::crashed)) return {3, "", false};
+    return {outcome.run.kill_matrix && !outcome.run.kill_matrix->problems.empty() ? 1 : 0, "", false};
+  }
+  if (plan.items.empty() && shard.total > 1) {
+    return {0, fmt::format("shard {} of {} holds no scenario: nothing to run", shard.index, shard.total), false};
+  }
+  if (plan.runnable() == 0) return {2, "no scenario could run with the mutations given", true};
+  return {outcome.run.exit_code(), "", false};
+}
+
 }  // namespace graphcheck::session

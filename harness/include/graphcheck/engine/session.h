@@ -198,6 +198,17 @@ struct Outcome {
 [[nodiscard]] Outcome run_plan(const Plan& plan, const ExecOptions& options, Shard shard, Reporter& reports,
                                const Listeners& listeners = {}, bool whole_suite = false);
 
+// How a run ends, for a front's exit code: 0 all passed, 1 a check failed (mutants: a problem in
+// the kill matrix), 2 nothing could run, 3 a report could not be written or (mutants) a run
+// crashed, 128 + N stopped by signal N. `message`, when not empty, says why on its own line
+// (stderr for `error`, else stdout).
+struct Ending {
+  int code = 0;
+  std::string message;
+  bool error = false;
+};
+[[nodiscard]] Ending ending(const Plan& plan, const Outcome& outcome, Shard shard);
+
 // What this process knows, for `list`: loaded plugins, fixtures (their config keys and defaults,
 // and the error their defaults give, if any), probes and mutations.
 struct Inventory {
