@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include "graphcheck/checkpoint.h"
@@ -786,10 +787,20 @@ TEST(ReporterRegistry, BuiltinsComeFirstAndAPluginCanAddOne) {
   EXPECT_EQ(registry.find("trace")->default_file("mutants"), "mutants-trace.json");
   auto factory = [](const std::string& path) { return std::make_unique<CountingReporter>(path); };
   EXPECT_TRUE(registry.add({"test-count", "scenario count", nullptr, factory}));
-  EXPECT_FALSE(registry.add({"test-count", "again", nullptr, factory}));  // taken
-  EXPECT_FALSE(registry.add({"Bad Name", "", nullptr, factory}));
   ASSERT_NE(registry.find("test-count"), nullptr);
   EXPECT_EQ(registry.names().back(), "test-count");
+}
+
+// As models and probes: a name registered twice outside a plugin's load is a build error of the
+// binary (a plugin's clash is refused and reported: e2e.plugin_name_clash), and so is a name
+// that cannot be a flag.
+TEST(ReporterRegistryDeathTest, ATakenOrMalformedNameAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto factory = [](const std::string& path) { return std::make_unique<CountingReporter>(path); };
+  EXPECT_EXIT((void)ReporterRegistry::get().add({"json", "again", nullptr, factory}),
+              ::testing::KilledBySignal(SIGABRT), "reporter 'json' is registered twice");
+  EXPECT_EXIT((void)ReporterRegistry::get().add({"Bad Name", "", nullptr, factory}),
+              ::testing::KilledBySignal(SIGABRT), "its name must be");
 }
 
 }  // namespace

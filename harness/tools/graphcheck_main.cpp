@@ -37,8 +37,17 @@ constexpr int kExitPassed = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitHarness = 3;
 
-void say_errors(const std::vector<std::string>& errors) {
-  for (const auto& e : errors) fmt::print(stderr, "graphcheck: {}\n", e);
+// A selection's errors and notes, in the order they arose.
+void say(const gc::session::Selection& selection) {
+  for (std::size_t i = 0; i < selection.errors.size(); ++i) {
+    if (i == selection.errors_before_notes) {
+      for (const auto& note : selection.notes) fmt::print(stderr, "graphcheck: note: {}\n", note);
+    }
+    fmt::print(stderr, "graphcheck: {}\n", selection.errors[i]);
+  }
+  if (selection.errors_before_notes >= selection.errors.size()) {
+    for (const auto& note : selection.notes) fmt::print(stderr, "graphcheck: note: {}\n", note);
+  }
 }
 
 // ---- reports ------------------------------------------------------------------------------
@@ -50,16 +59,19 @@ struct ReportPaths {
   std::vector<std::string> named;            // --report NAME=PATH
   std::vector<std::string> written_paths;
 
+  // After the command's other flags: a reporter named like one of them (or "report") keeps
+  // --report NAME=PATH only.
   void add_options(CLI::App* app, const std::string& stem) {
+    app->add_option("--report", named,
+                    "Write the report of the reporter NAME to PATH (repeatable): NAME=PATH, for any "
+                    "registered reporter, those of plugins included");
     for (const auto& name : gc::ReporterRegistry::get().names()) {
       const auto* entry = gc::ReporterRegistry::get().find(name);
+      if (app->get_option_no_throw("--" + name) != nullptr) continue;
       const std::string deflt = entry->default_file ? fmt::format("default REPORT_DIR/{}", entry->default_file(stem))
                                                     : std::string("default: none");
       app->add_option("--" + name, paths[name], fmt::format("{} ({}; '-': none)", entry->help, deflt));
     }
-    app->add_option("--report", named,
-                    "Write the report of the reporter NAME to PATH (repeatable): NAME=PATH, for any "
-                    "registered reporter, those of plugins included");
   }
 
   // Adds a reporter for each path kept; false (after saying why) on an unknown reporter or a
@@ -151,16 +163,9 @@ struct RunArgs {
 // why) when there is nothing to run or the backend is unavailable.
 std::optional<gc::session::Selection> select(const std::vector<std::string>& paths, const std::string& filter,
                                              const ExecArgs& exec) {
-  std::string error;
-  const std::optional<gc::session::Shard> shard = gc::session::resolve_shard(exec.shard_index, exec.total_shards, error);
-  gc::session::Selection selection;
-  if (shard) selection = gc::session::select_scenarios(paths, filter, *shard);
-  for (const auto& note : selection.notes) fmt::print(stderr, "graphcheck: note: {}\n", note);
-  if (!shard) selection.errors.push_back(error);
-  if (!selection.errors.empty()) {
-    say_errors(selection.errors);
-    return std::nullopt;
-  }
+  gc::session::Selection selection = gc::session::select_scenarios(paths, filter, exec.shard_index, exec.total_shards);
+  say(selection);
+  if (!selection.errors.empty()) return std::nullopt;
   if (selection.shard.total > 1) {
     fmt::print("shard {} of {}: {} of {} scenarios\n", selection.shard.index, selection.shard.total,
                selection.scenarios.size(), selection.before_shard);
@@ -182,7 +187,6 @@ bool announce_backend(const std::string& name) {
 
 // Says why a run ended as it did, and returns its exit code.
 int finish(const gc::session::Plan& plan, const gc::session::Outcome& outcome, gc::session::Shard shard) {
-  say_errors(outcome.report_errors);
   const gc::session::Ending end = gc::session::ending(plan, outcome, shard);
   if (end.error) fmt::print(stderr, "graphcheck: {}\n", end.message);
   else if (!end.message.empty()) fmt::print("{}\n", end.message);
@@ -212,6 +216,7 @@ int cmd_run(RunArgs& args) {
                           : std::string("in this process (--no-isolate)"));
   gc::session::Listeners listeners;
   listeners.console = &console;
+  listeners.report_error = [](const std::string& error) { fmt::print(stderr, "graphcheck: {}\n", error); };
   const gc::session::Outcome outcome = gc::session::run_plan(*plan, exec, selection->shard, files, listeners);
   console.on_run_done(outcome.run);
   if (outcome.report_errors.empty()) fmt::print("reports: {}\n", args.reports.written());
@@ -248,6 +253,7 @@ int cmd_mutants(MutantsArgs& args) {
     std::cout.flush();
   };
   listeners.problem = [](const std::string& problem) { fmt::print("{}\n", problem); };
+  listeners.report_error = [](const std::string& error) { fmt::print(stderr, "graphcheck: {}\n", error); };
   const gc::session::Outcome outcome = gc::session::run_plan(plan, exec, selection->shard, files, listeners, whole_suite);
   const gc::RunRecord& run = outcome.run;
   const std::size_t problems = run.kill_matrix ? run.kill_matrix->problems.size() : 0;
@@ -287,8 +293,7 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
   if (where.empty() && fs::is_directory("scenarios")) where = {"scenarios"};
   gc::session::Selection selection;
   if (!where.empty()) selection = gc::session::select_scenarios(where);
-  for (const auto& note : selection.notes) fmt::print(stderr, "graphcheck: note: {}\n", note);
-  say_errors(selection.errors);
+  say(selection);
   const gc::session::Inventory inventory = gc::session::inventory();
   const std::vector<gc::Scenario>* scenarios = where.empty() ? nullptr : &selection.scenarios;
   fmt::print("{}", json ? gc::session::inventory_json(inventory, selection.scenarios)
@@ -339,7 +344,6 @@ int graphcheck::cli_main(int argc, char** argv) {
                   "Where reports (JSON, JUnit, Markdown, HTML, Chrome trace), generated checkpoints "
                   "and each scenario's process output (work/<scenario>/run-N.log) go")
       ->capture_default_str();
-  run_args.reports.add_options(run, "graphcheck");
   run->add_flag("-v,--verbose", run_args.verbose, "Print every phase and batch size");
   run_args.exec.add_options(run);
   std::vector<std::string> plugins;
@@ -347,6 +351,7 @@ int graphcheck::cli_main(int argc, char** argv) {
       "Load models, mutations and probes from this shared library (repeatable; also "
       "GRAPHCHECK_PLUGIN_PATH, ':'-separated)";
   run->add_option("--plugin", plugins, plugin_help);
+  run_args.reports.add_options(run, "graphcheck");
 
   MutantsArgs mutants_args;
   CLI::App* mutants = app.add_subcommand(
@@ -360,9 +365,9 @@ int graphcheck::cli_main(int argc, char** argv) {
                       "kill-matrix row, mutants.md, mutants.html, mutants-trace.json) and generated "
                       "checkpoints go")
       ->capture_default_str();
-  mutants_args.reports.add_options(mutants, "mutants");
   mutants_args.exec.add_options(mutants);
   mutants->add_option("--plugin", plugins, plugin_help);
+  mutants_args.reports.add_options(mutants, "mutants");
 
   // The child process of an isolated run (not for people: no help entry).
   std::string child_file, child_record;

@@ -1,8 +1,11 @@
 // The registry of cumulative reporters, with the five built in.
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "graphcheck/engine/reporter.h"
+#include "graphcheck/plugin.h"
 
 namespace graphcheck {
 
@@ -44,7 +47,17 @@ ReporterRegistry& ReporterRegistry::get() {
 }
 
 bool ReporterRegistry::add(Entry entry) {
-  if (!valid_name(entry.name) || find(entry.name) || !entry.factory) return false;
+  if (!valid_name(entry.name) || !entry.factory) {
+    // A registration that cannot work is a build error of whoever wrote it, plugin or binary.
+    std::fprintf(stderr, "graphcheck: reporter '%s' cannot be registered: %s\n", entry.name.c_str(),
+                 entry.factory ? "its name must be [a-z0-9-]+ (it is the flag --NAME)" : "it has no factory");
+    std::abort();
+  }
+  if (find(entry.name)) {
+    if (detail::record_clash("reporter", entry.name)) return false;  // a plugin's: load_plugin() reports it
+    std::fprintf(stderr, "graphcheck: reporter '%s' is registered twice\n", entry.name.c_str());
+    std::abort();
+  }
   m_entries.push_back(std::move(entry));
   return true;
 }

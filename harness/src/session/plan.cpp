@@ -61,6 +61,7 @@ void load(const std::vector<std::string>& paths, Selection& out) {
     }
   }
   if (other_front.empty()) return;
+  out.errors_before_notes = out.errors.size();
   out.notes.push_back(fmt::format(
       "{} scenario file{} name{} Python models, which this program does not run: `python -m graphcheck run` "
       "runs them ({})",
@@ -100,11 +101,12 @@ std::optional<Shard> resolve_shard(std::optional<int> index, std::optional<int> 
   return Shard{*i, *n};
 }
 
-Selection select_scenarios(const std::vector<std::string>& given, const std::string& filter,
-                           std::optional<Shard> shard) {
-  Selection out;
+namespace {
+
+// Loaded and filtered; false when there is an error.
+bool load_and_filter(const std::vector<std::string>& given, const std::string& filter, Selection& out) {
   load(given.empty() ? std::vector<std::string>{"scenarios"} : given, out);
-  if (!out.errors.empty()) return out;
+  if (!out.errors.empty()) return false;
   if (!filter.empty()) {
     std::vector<Scenario> kept;
     for (auto& s : out.scenarios) {
@@ -112,29 +114,47 @@ Selection select_scenarios(const std::vector<std::string>& given, const std::str
     }
     if (kept.empty()) {
       out.errors.push_back(fmt::format("--filter '{}' matches no scenario", filter));
-      return out;
+      return false;
     }
     out.scenarios = std::move(kept);
   }
   out.before_shard = out.scenarios.size();
+  return true;
+}
+
+void keep_shard(Selection& out, Shard shard) {
+  out.shard = shard;
+  if (shard.total <= 1) return;
+  std::vector<Scenario> kept;
+  for (std::size_t i = 0; i < out.scenarios.size(); ++i) {
+    if (static_cast<int>(i % static_cast<std::size_t>(shard.total)) == shard.index) {
+      kept.push_back(std::move(out.scenarios[i]));
+    }
+  }
+  out.scenarios = std::move(kept);
+}
+
+}  // namespace
+
+Selection select_scenarios(const std::vector<std::string>& given, const std::string& filter,
+                           std::optional<int> shard_index, std::optional<int> total_shards) {
+  Selection out;
+  if (!load_and_filter(given, filter, out)) return out;
+  std::string error;
+  const std::optional<Shard> shard = resolve_shard(shard_index, total_shards, error);
   if (!shard) {
-    std::string error;
-    shard = resolve_shard(std::nullopt, std::nullopt, error);
-    if (!shard) {
-      out.errors.push_back(std::move(error));
-      return out;
-    }
+    out.errors.push_back(std::move(error));
+    return out;
   }
-  out.shard = *shard;
-  if (out.shard.total > 1) {
-    std::vector<Scenario> kept;
-    for (std::size_t i = 0; i < out.scenarios.size(); ++i) {
-      if (static_cast<int>(i % static_cast<std::size_t>(out.shard.total)) == out.shard.index) {
-        kept.push_back(std::move(out.scenarios[i]));
-      }
-    }
-    out.scenarios = std::move(kept);
-  }
+  keep_shard(out, *shard);
+  return out;
+}
+
+Selection select_scenarios(const std::vector<std::string>& given, const std::string& filter,
+                           std::optional<Shard> shard) {
+  if (!shard) return select_scenarios(given, filter, std::nullopt, std::nullopt);
+  Selection out;
+  if (load_and_filter(given, filter, out)) keep_shard(out, *shard);
   return out;
 }
 

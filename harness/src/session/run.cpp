@@ -94,6 +94,7 @@ Outcome run_plan(const Plan& plan, const ExecOptions& options, Shard shard, Repo
         reports.on_run_done(run);
       } catch (const std::exception& e) {
         out.report_errors.push_back(fmt::format("writing reports failed: {}", e.what()));
+        if (listeners.report_error) listeners.report_error(out.report_errors.back());
       }
     });
   };
@@ -127,7 +128,7 @@ Outcome run_plan(const Plan& plan, const ExecOptions& options, Shard shard, Repo
 }
 
 Ending ending(const Plan& plan, const Outcome& outcome, Shard shard) {
-  if (!outcome.report_errors.empty()) return {3, "", false};  // each error was reported as it happened
+  if (!outcome.report_errors.empty()) return {3, "", false};  // Listeners::report_error said why
   if (outcome.signal != 0) return {128 + outcome.signal, outcome.run.incomplete_reason, true};
   if (plan.mutants) {
     if (outcome.run.count(Status::crashed)) return {3, "", false};

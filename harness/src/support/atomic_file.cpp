@@ -47,9 +47,10 @@ void AtomicFile::write(const void* data, std::size_t n) {
   while (n > 0) {
     const ::ssize_t written = ::write(m_fd, p, std::min<std::size_t>(n, std::size_t{1} << 30));
     if (written < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("cannot write temporary file '" + m_temp + "': " + std::strerror(errno) +
-                               (errno == ENOSPC ? " (the disk is full)" : ""));
+      const int err = errno;  // before anything below can change it
+      if (err == EINTR) continue;
+      throw std::runtime_error("cannot write temporary file '" + m_temp + "': " + std::strerror(err) +
+                               (err == ENOSPC ? " (the disk is full)" : ""));
     }
     p += written;
     n -= static_cast<std::size_t>(written);
@@ -58,14 +59,19 @@ void AtomicFile::write(const void* data, std::size_t n) {
 
 void AtomicFile::commit(bool durable) {
   if (durable && ::fsync(m_fd) != 0) {
-    throw std::runtime_error("cannot fsync '" + m_temp + "': " + std::strerror(errno));
+    const int err = errno;
+    throw std::runtime_error("cannot fsync '" + m_temp + "': " + std::strerror(err));
   }
   const int fd = m_fd;
   m_fd = -1;
-  if (::close(fd) != 0) throw std::runtime_error("cannot close '" + m_temp + "': " + std::strerror(errno));
+  if (::close(fd) != 0) {
+    const int err = errno;
+    throw std::runtime_error("cannot close '" + m_temp + "': " + std::strerror(err));
+  }
   if (::rename(m_temp.c_str(), m_target.c_str()) != 0) {
+    const int err = errno;
     throw std::runtime_error("cannot rename temporary file '" + m_temp + "' into place as '" + m_target +
-                             "': " + std::strerror(errno));
+                             "': " + std::strerror(err));
   }
   m_committed = true;
 }

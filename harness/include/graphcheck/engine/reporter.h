@@ -119,7 +119,9 @@ class ReporterRegistry {
     std::function<std::unique_ptr<Reporter>(const std::string& path)> factory;
   };
   static ReporterRegistry& get();
-  // False (and nothing changes) when the name is taken or not [a-z0-9-]+.
+  // Registers once, as models and probes do: a second registration of a name while a plugin
+  // loads is that plugin's clash (refused, false, reported by load_plugin()); anywhere else, and
+  // for a name that is not [a-z0-9-]+ or an entry without a factory, the program aborts.
   bool add(Entry entry);
   [[nodiscard]] const Entry* find(const std::string& name) const;
   [[nodiscard]] std::vector<std::string> names() const;  // in registration order

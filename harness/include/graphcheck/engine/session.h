@@ -64,6 +64,7 @@ struct Selection {
   // What the user should know but is no error: scenario files found in a directory that name a
   // model of another front (Python), which this program leaves to `python -m graphcheck`.
   std::vector<std::string> notes;
+  std::size_t errors_before_notes = 0;  // the notes come after this many errors (in file order)
   std::size_t before_shard = 0;  // scenarios that matched the filter, in all shards
   Shard shard;
 };
@@ -73,6 +74,10 @@ struct Selection {
 // then those of `shard` (nullopt: from the environment, see resolve_shard).
 [[nodiscard]] Selection select_scenarios(const std::vector<std::string>& paths, const std::string& filter = "",
                                          std::optional<Shard> shard = Shard{});
+// The same with the shard given as a front's flags: each one not given comes from the
+// environment (resolve_shard), resolved once the scenarios are loaded and filtered.
+[[nodiscard]] Selection select_scenarios(const std::vector<std::string>& paths, const std::string& filter,
+                                         std::optional<int> shard_index, std::optional<int> total_shards);
 
 // One record a run produces: a scenario with some mutations enabled, or a row skipped for a
 // stated reason.
@@ -180,13 +185,15 @@ struct Listeners {
   // Mutants: each kill-matrix row as it is judged (in plan order), and each suite-level problem.
   std::function<void(const KillMatrix& matrix, const KillMatrixRow& row)> row;
   std::function<void(const std::string& problem)> problem;
+  // A report that could not be written (the run goes on, and ends with exit code 3), at once.
+  std::function<void(const std::string& error)> report_error;
 };
 
 struct Outcome {
   RunRecord run;  // complete unless stopped; mutants: with its kill matrix
   int signal = 0;  // the signal that stopped the run, 0 when it finished
-  // Why a report could not be written, once per failure (the run went on); a front reports them
-  // and exits 3.
+  // Why a report could not be written, once per failure (the run went on; each was also given to
+  // Listeners::report_error as it happened); a front exits 3.
   std::vector<std::string> report_errors;
 };
 
