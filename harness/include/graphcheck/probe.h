@@ -229,6 +229,16 @@ struct ValidationEvent : PhaseEvent {
   std::vector<ValidationReplay> replays;
 };
 
+// Validate pass, right after on_warmup_end of each captured batch size: two eager runs of model A
+// on the same input, compared. They must repeat: their difference is the noise floor the
+// differential's tolerance is built on. `allowed`: what the backend's arithmetic may make them
+// differ by (0 on an exact backend; else the output dtype's rounding at the outputs' magnitude).
+struct NoiseEvent : PhaseEvent {
+  TensorList first, second;  // the two runs' outputs
+  double max_abs = 0;        // the largest element difference (the noise floor)
+  double allowed = 0;
+};
+
 // Growth pass, right after on_scenario_begin: dummy loads (the model's load_dummy_weights()) of
 // models grown through a config key, writes counted per tensor (one per storage): in-place ops by
 // the version counter, writes past libtorch by content.
@@ -374,6 +384,8 @@ class Probe {
   // Poison pass: right after on_refit_begin (before_refit), after on_load_begin of a refit's
   // first load (staged), after on_refit_end (orphans).
   virtual void on_poison_filled(RunContext&, const PoisonFillEvent&) {}
+  // Validate pass, right after on_warmup_end of each captured batch size.
+  virtual void on_noise_measured(RunContext&, const NoiseEvent&) {}
 
   // After everything, also when the scenario stopped early on an exception.
   virtual void on_scenario_end(RunContext& ctx) = 0;

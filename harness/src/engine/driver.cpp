@@ -104,6 +104,24 @@ Driver::Driver(const Scenario& scenario, const RunOptions& options, ProgressList
   m_seed = options.seed.value_or(scenario.seed);
 }
 
+namespace {
+
+// Note [Nondeterministic forward] (replay_diff_probe.cpp): a forward that does not repeat leads
+// the record, and every other finding says it is under it.
+void lead_with_nondeterminism(std::vector<Finding>& findings) {
+  auto cause = [](const Finding& f) {
+    return std::any_of(f.evidence.begin(), f.evidence.end(),
+                       [](const auto& kv) { return kv.first == "cause" && kv.second == "nondeterministic"; });
+  };
+  const auto rest = std::stable_partition(findings.begin(), findings.end(), cause);
+  if (rest == findings.begin()) return;
+  for (auto it = rest; it != findings.end(); ++it) {
+    it->evidence.emplace_back("under", "forward is nondeterministic (the first finding): this difference is no evidence");
+  }
+}
+
+}  // namespace
+
 ScenarioRecord Driver::run() {
   const auto start = m_start;
   {
@@ -125,6 +143,7 @@ ScenarioRecord Driver::run() {
   if (m_record.status == Status::passed && !m_record.findings.empty()) {
     m_record.status = Status::failed;
   }
+  lead_with_nondeterminism(m_record.findings);
   if (m_record.status == Status::passed || m_record.status == Status::failed) {
     for (const auto& mutation : m_options.mutations) {
       m_record.verdicts.push_back(judge_mutation(m_record, mutation));

@@ -109,9 +109,12 @@ void PassRun::lifecycle() {
       (void)eager(inputs);
       end(&Probe::on_warmup_end, e);
       if (m_pass == Pass::validate) {
-        const double noise = measure_noise(inputs);
+        NoiseEvent n;
+        static_cast<PhaseEvent&>(n) = e;
+        const double noise = measure_noise(inputs, &n);
         m_driver.noise()[b] = noise;
         measure(e, "gc/replay_diff/noise_floor", noise, "abs");
+        notify(&Probe::on_noise_measured, n);
       }
     }
     if (m_pass == Pass::validate) {

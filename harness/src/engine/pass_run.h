@@ -145,7 +145,9 @@ class PassRun final : public RunContext {
   LoadSource source_for(const CycleStep& step);
   void load(bool refit, const LoadSource& source, const CycleStep::Bucket& bucket, bool first_of_refit = false);
   void eager_compare(std::int64_t batch_size);
-  double measure_noise(const TensorList& inputs);
+  // Two eager runs of A on `inputs`: the largest element difference. With `event`, the runs'
+  // outputs and what the backend allows them to differ by go there too.
+  double measure_noise(const TensorList& inputs, NoiseEvent* event = nullptr);
   void load_dummy();
   void check_loaded(const std::set<std::string>& streamed, const std::set<std::string>& loaded,
                     bool refit, const std::string& source);

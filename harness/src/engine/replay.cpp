@@ -86,15 +86,28 @@ void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
 }
 
 // The noise floor: the largest difference between two more eager(A) runs on the same inputs.
-double PassRun::measure_noise(const TensorList& inputs) {
+double PassRun::measure_noise(const TensorList& inputs, NoiseEvent* event) {
   UncountedScope uncounted;
-  const TensorList first = eager(inputs);
-  const TensorList second = eager(inputs);
+  TensorList first = eager(inputs);
+  TensorList second = eager(inputs);
   double noise = 0;
+  double allowed = 0;
   for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
     if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
     const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
     if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
+    if (event && d.numel() > 0 && c10::isFloatingType(first[i].scalar_type())) {
+      // The dtype's rounding at the output's magnitude (no noise floor: this is what measures it).
+      const double magnitude = first[i].to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
+      allowed = std::max(allowed, replay_tolerance(backend().exact(), backend().min_tolerance(), -1,
+                                                   first[i].scalar_type(), magnitude));
+    }
+  }
+  if (event) {
+    event->first = std::move(first);
+    event->second = std::move(second);
+    event->max_abs = noise;
+    event->allowed = allowed;
   }
   return noise;
 }

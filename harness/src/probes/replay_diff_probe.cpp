@@ -50,6 +50,36 @@ class ReplayDiffProbe final : public EmptyProbe {
     validate_capture(ctx, e);
   }
 
+  // Note [Nondeterministic forward]
+  // Every difference this probe reports is evidence only if model A's forward repeats: two eager
+  // runs on one input must agree exactly on an exact backend (within the output dtype's rounding
+  // on another). When they do not, the differential's premise is gone and its other findings
+  // (replay != eager, A != B, frozen control flow) are symptoms of the nondeterminism, so the
+  // finding says so first, and the driver puts it at the head of the record with the others
+  // marked as under it (evidence cause = "nondeterministic"). Reported once per scenario.
+  void on_noise_measured(RunContext& ctx, const NoiseEvent& e) override {
+    if (ctx.pass() != Pass::validate || m_nondeterminism_reported || !(e.max_abs > e.allowed)) return;
+    m_nondeterminism_reported = true;
+    const OutputDiff d = diff_outputs(e.second, e.first, e.allowed);
+    const bool exact = e.allowed == 0;
+    ctx.fail(name(), e, "eager(A) vs eager(A)",
+             fmt::format("forward is nondeterministic: two eager runs of model A on the same input at batch "
+                         "size {} differ by max abs {:.6g} in {} elements (first at output {} element {}){}: "
+                         "usual causes are dropout or another training-mode layer left on (eval(), "
+                         "training=False), random numbers drawn in forward, and kernels with atomics "
+                         "(index_add, scatter_add, split-K GEMM); until forward repeats, the other "
+                         "differences reported for this scenario are not evidence of stale memory",
+                         e.batch_size, d.max_abs, d.mismatches, d.output, d.first_index,
+                         exact ? " on an exact backend, where they must be equal"
+                               : fmt::format(", beyond the output dtype's rounding ({:.6g})", e.allowed)),
+             {{"cause", "nondeterministic"},
+              {"batch_size", std::to_string(e.batch_size)},
+              {"max_abs", fmt::format("{:.6g}", d.max_abs)},
+              {"mismatched_elements", std::to_string(d.mismatches)},
+              {"first_mismatch", fmt::format("output {} element {}", d.output, d.first_index)},
+              {"allowed", fmt::format("{:.6g}", e.allowed)}});
+  }
+
   void on_compare_end(RunContext& ctx, const CompareEvent& e) override {
     if (ctx.pass() != Pass::observe) return;
     const std::int64_t b = e.batch_size;
@@ -260,6 +290,7 @@ class ReplayDiffProbe final : public EmptyProbe {
     std::vector<std::int64_t> good, bad;  // eager-only batch sizes that agree / disagree with B
   };
   std::map<int, Prefill> m_prefill;  // by cycle
+  bool m_nondeterminism_reported = false;
   std::map<int, std::vector<std::string>> m_differing;
 };
 
