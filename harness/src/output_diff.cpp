@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tolerance.h"
+
 namespace graphcheck {
 
 namespace {
@@ -60,6 +62,17 @@ bool outputs_agree(const std::vector<torch::Tensor>& a, const std::vector<torch:
     if ((element_difference(a[i], b[i]) > tolerance).any().item<bool>()) return false;
   }
   return true;
+}
+
+double outputs_tolerance(const std::vector<torch::Tensor>& outputs, bool exact_backend, double min_tolerance,
+                         double noise_floor) {
+  double tolerance = 0;
+  for (const auto& out : outputs) {
+    if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
+    const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
+    tolerance = std::max(tolerance, replay_tolerance(exact_backend, min_tolerance, noise_floor, out.scalar_type(), magnitude));
+  }
+  return tolerance;
 }
 
 }  // namespace graphcheck

@@ -27,4 +27,10 @@ struct OutputDiff {
 [[nodiscard]] bool outputs_agree(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
                                  double tolerance);
 
+// The differential's tolerance for `outputs` (replay_tolerance, tolerance.h) per floating output,
+// at its dtype and magnitude; the largest applies. Integer outputs compare exactly. A negative
+// `noise_floor` contributes nothing.
+[[nodiscard]] double outputs_tolerance(const std::vector<torch::Tensor>& outputs, bool exact_backend,
+                                       double min_tolerance, double noise_floor);
+
 }  // namespace graphcheck

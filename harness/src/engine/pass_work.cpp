@@ -77,12 +77,7 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     r.replay_outputs = replay(index, inputs);
     r.eager_outputs = eager(inputs);
     // The differential's own tolerance, per output (dtype and magnitude of each).
-    for (const auto& t : r.eager_outputs) {
-      if (!t.defined() || t.numel() == 0 || !c10::isFloatingType(t.scalar_type())) continue;
-      const double magnitude = t.to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
-      r.tolerance = std::max(r.tolerance, replay_tolerance(backend().exact(), backend().min_tolerance(),
-                                                           noise_floor(b), t.scalar_type(), magnitude));
-    }
+    r.tolerance = outputs_tolerance(r.eager_outputs, backend().exact(), backend().min_tolerance(), noise_floor(b));
     const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
     v.replays.push_back(std::move(r));
     if (!agrees) break;  // one input that shows it is enough

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "output_diff.h"
 #include "counting_allocator.h"
 #include "engine/driver.h"
 #include "engine/errors.h"
@@ -91,23 +92,17 @@ double PassRun::measure_noise(const TensorList& inputs, NoiseEvent* event) {
   TensorList first = eager(inputs);
   TensorList second = eager(inputs);
   double noise = 0;
-  double allowed = 0;
   for (std::size_t i = 0; i < first.size() && i < second.size(); ++i) {
     if (!first[i].defined() || !second[i].defined() || first[i].sizes() != second[i].sizes()) continue;
     const torch::Tensor d = (first[i].to(torch::kFloat64) - second[i].to(torch::kFloat64)).abs().nan_to_num(0.0);
     if (d.numel() > 0) noise = std::max(noise, d.max().item<double>());
-    if (event && d.numel() > 0 && c10::isFloatingType(first[i].scalar_type())) {
-      // The dtype's rounding at the output's magnitude (no noise floor: this is what measures it).
-      const double magnitude = first[i].to(torch::kFloat64).abs().nan_to_num(0, 0, 0).max().item<double>();
-      allowed = std::max(allowed, replay_tolerance(backend().exact(), backend().min_tolerance(), -1,
-                                                   first[i].scalar_type(), magnitude));
-    }
   }
   if (event) {
+    // The dtypes' rounding at the outputs' magnitude; no noise floor: this is what measures it.
+    event->allowed = outputs_tolerance(first, backend().exact(), backend().min_tolerance(), -1);
     event->first = std::move(first);
     event->second = std::move(second);
     event->max_abs = noise;
-    event->allowed = allowed;
   }
   return noise;
 }
@@ -130,12 +125,7 @@ void PassRun::eager_compare(std::int64_t batch_size) {
     UncountedScope uncounted;
     c.noise_floor = noise_floor(batch_size);
     const GraphBackend& backend = m_driver.backend();
-    for (const auto& out : c.eager_outputs) {
-      if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
-      const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
-      c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
-                                                           c.noise_floor, out.scalar_type(), magnitude));
-    }
+    c.tolerance = outputs_tolerance(c.eager_outputs, backend.exact(), backend.min_tolerance(), c.noise_floor);
   }
   end(&Probe::on_compare_end, c);
 }
@@ -188,13 +178,7 @@ void PassRun::replay_all() {
       c.noise_floor = noise_floor(b);
       // Per output (its dtype and magnitude); the largest applies.
       const GraphBackend& backend = m_driver.backend();
-      c.tolerance = 0;
-      for (const auto& out : c.eager_outputs) {
-        if (!out.defined() || out.numel() == 0 || !c10::isFloatingType(out.scalar_type())) continue;
-        const double magnitude = out.to(torch::kFloat64).abs().nan_to_num(0.0, 0.0, 0.0).max().item<double>();
-        c.tolerance = std::max(c.tolerance, replay_tolerance(backend.exact(), backend.min_tolerance(),
-                                                             c.noise_floor, out.scalar_type(), magnitude));
-      }
+      c.tolerance = outputs_tolerance(c.eager_outputs, backend.exact(), backend.min_tolerance(), c.noise_floor);
     }
     end(&Probe::on_compare_end, c);
     if (m_pass == Pass::coverage) coverage(i, c);
