@@ -419,7 +419,7 @@ TEST(PassIsolation, ObserveProbesSeeOnlyModelACallsOfTheirOwnPhaseInsideWindows)
   ScenarioRecord r = run_scenario(s, options_with({&probe}));
   EXPECT_EQ(r.status, Status::passed) << r.reason;
   EXPECT_EQ(r.passes, (std::vector<std::string>{"validate", "observe", "idempotence", "census",
-                                                "poison", "coverage"}));
+                                                "poison", "coverage", "stream_order"}));
 
   // The probe saw one scenario (the observe pass) and nothing of the others.
   EXPECT_EQ(std::count(g_pass_log.begin(), g_pass_log.end(), "probe scenario_begin"), 1);

@@ -1,5 +1,5 @@
-# Runs the graphcheck CLI and checks its exit code and that its output contains each of
-# EXPECT_OUT (a ;-list); with EXPECT_FILE, that the file exists and holds each of EXPECT_FILE_TEXT
+# Runs the graphcheck CLI and checks its exit code, that its output contains each of EXPECT_OUT
+# (a ;-list) and none of EXPECT_NOT_OUT; with EXPECT_FILE, that the file exists and holds each of EXPECT_FILE_TEXT
 # (a ;-list). Used by the e2e.* tests.
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}")
@@ -27,6 +27,12 @@ foreach(needle IN LISTS EXPECT_OUT)
   string(FIND "${out}${err}" "${needle}" pos)
   if(pos EQUAL -1)
     message(FATAL_ERROR "graphcheck ${ARGS}: output lacks '${needle}'")
+  endif()
+endforeach()
+foreach(needle IN LISTS EXPECT_NOT_OUT)
+  string(FIND "${out}${err}" "${needle}" pos)
+  if(NOT pos EQUAL -1)
+    message(FATAL_ERROR "graphcheck ${ARGS}: output holds '${needle}', which it must not")
   endif()
 endforeach()
 if(DEFINED EXPECT_FILE)

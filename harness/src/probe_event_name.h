@@ -43,6 +43,8 @@ inline const char* event_name(Fn fn) {
   GRAPHCHECK_EVENT_NAME(on_replay_nan)
   GRAPHCHECK_EVENT_NAME(on_coverage_measured)
   GRAPHCHECK_EVENT_NAME(on_poison_filled)
+  GRAPHCHECK_EVENT_NAME(on_noise_measured)
+  GRAPHCHECK_EVENT_NAME(on_stream_orders_compared)
   GRAPHCHECK_EVENT_NAME(on_scenario_end)
 #undef GRAPHCHECK_EVENT_NAME
   return "an event";

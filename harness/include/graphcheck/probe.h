@@ -38,7 +38,9 @@ enum class Phase { construct, load, pwal, warmup, capture, replay, compare, refi
 //   poison       the whole lifecycle with poisoned staging, streamed and orphaned storages
 //   coverage     the whole lifecycle; live tensors perturbed in place around replays
 //   growth       no lifecycle: dummy loads of models grown through a config key
-enum class Pass { observe, validate, idempotence, census, poison, coverage, growth };
+//   stream_order no lifecycle: one load (and PWAL) repeated with the same weights streamed in
+//                other orders, against the canonical order
+enum class Pass { observe, validate, idempotence, census, poison, coverage, growth, stream_order };
 [[nodiscard]] const char* to_string(Pass pass);
 
 struct PhaseEvent {
@@ -140,6 +142,9 @@ struct CompareEvent : PhaseEvent {
   // (repeated eager runs of A, measured in the validate pass; -1 when not measured).
   double tolerance = 0;
   double noise_floor = -1;
+  // Observe pass, after a refit whose replay differs from eager(A): what a capture made now would
+  // bake differently (host values, the op sequence); `supported` false when not measured.
+  RecaptureDiff recapture;
 };
 
 struct HookEvent {
@@ -166,6 +171,27 @@ struct TensorState {
 struct IdempotenceEvent : PhaseEvent {
   std::map<std::string, TensorState> before;  // model A's live tensors before the second PWAL
   std::map<std::string, TensorState> after;   // and after it
+};
+
+// Stream-order pass (no lifecycle): fresh models loaded with the same weights streamed in other
+// orders (reversed, shuffled, by name, in buckets), each followed by its PWAL, against one loaded
+// in the canonical order (the checkpoint's). The initial load when it reads a checkpoint, else the
+// first refit after the dummy load.
+struct StreamOrderDelta {
+  std::string tensor;            // a live tensor of the model
+  std::string detail;            // "3 of 16 elements, max abs 0.5", "Float [4] vs Float [8]"
+  std::vector<std::string> streamed_near;  // streamed names of its module, in the canonical order
+};
+struct StreamOrderVariant {
+  std::string order;              // "reversed", "shuffled (seed 7)", "by name", "in 4 buckets, last first"
+  std::vector<std::string> names;  // the stream, in this order
+  std::vector<StreamOrderDelta> differing;  // live tensors that differ from the canonical load's
+};
+struct StreamOrderEvent : PhaseEvent {
+  std::string load;                    // "the initial load", "refit cycle 1"
+  std::string source;                  // what was streamed
+  std::vector<std::string> canonical;  // the canonical order
+  std::vector<StreamOrderVariant> variants;
 };
 
 // Census pass, right after on_load_begin of every load: the driver poisoned every element the
@@ -223,6 +249,9 @@ struct ValidationReplay {
   TensorList replay_outputs;
   TensorList eager_outputs;
   double tolerance = 0;  // the differential's, per output dtype and magnitude, the largest
+  // A fresh recording of the forward on these inputs against the capture's (Note [Recapture
+  // signature] in the emulated backend); `supported` false when not made.
+  RecaptureDiff recapture;
 };
 struct ValidationEvent : PhaseEvent {
   const GraphView* graph = nullptr;
@@ -386,6 +415,8 @@ class Probe {
   virtual void on_poison_filled(RunContext&, const PoisonFillEvent&) {}
   // Validate pass, right after on_warmup_end of each captured batch size.
   virtual void on_noise_measured(RunContext&, const NoiseEvent&) {}
+  // Stream-order pass, right after on_scenario_begin (no lifecycle follows).
+  virtual void on_stream_orders_compared(RunContext&, const StreamOrderEvent&) {}
 
   // After everything, also when the scenario stopped early on an exception.
   virtual void on_scenario_end(RunContext& ctx) = 0;

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/nn/module.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <sstream>
 
 #include "address_index.h"
 #include "counting_allocator.h"
@@ -170,6 +172,118 @@ class HostSyncObserver {
   at::CallbackHandle m_handle;
 };
 
+
+// Note [Recapture signature]
+// What a capture bakes besides addresses, as the recapture comparison sees it: the sequence of the
+// trace's ops (prim::Constant nodes aside), and for each op the host values among its inputs:
+// every constant that is not a model tensor (numbers, lists, strings, devices, and Python scalars
+// the tracer wrapped as tensors). A model tensor is an address, the address probe's business. Two
+// traces of one forward agree on this signature unless the forward decided something on the host
+// from data: a branch (the op sequence parts) or a value passed to an op (a constant differs),
+// however the value reached the host (item(), .cpu(), a raw data_ptr() read, a Python float kept
+// on the model).
+struct OpSignature {
+  std::string kind;
+  std::vector<std::pair<int, std::string>> host_values;  // (input position, value)
+  std::string source;
+};
+
+std::string constant_text(const torch::jit::Node* node) {
+  if (!node->hasAttribute(c10::attr::value)) return "None";
+  if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
+    const torch::Tensor t = node->t(c10::attr::value);
+    if (!t.defined()) return "None";
+    if (!t.unsafeGetTensorImpl()->is_wrapped_number()) return {};  // a model tensor: not a host value
+    return fmt::format("{}", t.item().toDouble());
+  }
+  const c10::IValue v = torch::jit::toIValue(node->output()).value_or(c10::IValue());
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+// "model.py:42" for a node the tracer recorded under Python (the innermost frame outside torch's
+// own package), "" otherwise (a C++ model).
+std::string source_of(const torch::jit::Node* node) {
+  const torch::jit::SourceRange range = node->sourceRange();
+  const std::shared_ptr<torch::jit::Source> source = range.source();
+  if (!source || !source->filename()) return {};
+  std::istringstream lines(source->text_str().str());
+  std::string line, first;
+  while (std::getline(lines, line)) {
+    const auto paren = line.find("):");
+    if (paren == std::string::npos) continue;
+    std::string where = line.substr(0, paren);
+    const auto open = where.rfind('(');
+    if (open == std::string::npos) continue;
+    where = fmt::format("{}:{}", where.substr(0, open), where.substr(open + 1));
+    if (first.empty()) first = where;
+    if (where.find("/torch/") == std::string::npos) return where;
+  }
+  return first;
+}
+
+void collect_signature(const torch::jit::Block* block, std::vector<OpSignature>& out) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::Constant) continue;
+    OpSignature op;
+    op.kind = node->kind().toQualString();
+    const auto inputs = node->inputs();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const torch::jit::Node* producer = inputs[i]->node();
+      if (producer->kind() != c10::prim::Constant) continue;
+      std::string text = constant_text(producer);
+      if (!text.empty()) op.host_values.emplace_back(static_cast<int>(i), std::move(text));
+    }
+    op.source = source_of(node);
+    out.push_back(std::move(op));
+    for (const torch::jit::Block* sub : node->blocks()) collect_signature(sub, out);
+  }
+}
+
+std::vector<OpSignature> signature_of(const torch::jit::Graph& graph) {
+  std::vector<OpSignature> out;
+  collect_signature(graph.block(), out);
+  return out;
+}
+
+RecaptureDiff compare_signatures(const std::vector<OpSignature>& captured, const std::vector<OpSignature>& now) {
+  RecaptureDiff d;
+  d.supported = true;
+  const std::size_t n = std::min(captured.size(), now.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (captured[i].kind == now[i].kind) continue;
+    d.control_flow_differs = true;
+    d.divergence = fmt::format("op {} of the forward: {} at capture, {} now", i + 1, captured[i].kind, now[i].kind);
+    d.divergence_source = now[i].source.empty() ? captured[i].source : now[i].source;
+    return d;
+  }
+  if (captured.size() != now.size()) {
+    d.control_flow_differs = true;
+    const bool longer = now.size() > captured.size();
+    const OpSignature& extra = longer ? now[n] : captured[n];
+    d.divergence = fmt::format("the forward ran {} ops at capture and {} now; the first {}: {}", captured.size(),
+                               now.size(), longer ? "added" : "dropped", extra.kind);
+    d.divergence_source = extra.source;
+    return d;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& a = captured[i].host_values;
+    const auto& b = now[i].host_values;
+    for (std::size_t j = 0; j < a.size() && j < b.size(); ++j) {
+      if (a[j] == b[j]) continue;
+      BakedValue v;
+      v.op = captured[i].kind;
+      v.argument = a[j].first;
+      v.at_capture = a[j].second;
+      v.now = b[j].second;
+      v.source = now[i].source;
+      d.values.push_back(std::move(v));
+    }
+  }
+  return d;
+}
+
 class EmulatedGraph final : public CapturedGraph {
  public:
   EmulatedGraph(std::int64_t batch_size, std::shared_ptr<torch::jit::Graph> graph,
@@ -179,12 +293,14 @@ class EmulatedGraph final : public CapturedGraph {
         m_code(m_graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
         m_inputs(std::move(inputs)),
         m_outputs(std::move(outputs)),
-        m_reads(std::move(reads)) {}
+        m_reads(std::move(reads)),
+        m_signature(signature_of(*m_graph)) {}
 
   [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
   [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
   [[nodiscard]] const TensorList& static_outputs() const override { return m_outputs; }
   [[nodiscard]] const std::vector<GraphRead>& reads() const override { return m_reads; }
+  [[nodiscard]] const std::vector<OpSignature>& signature() const { return m_signature; }
 
   void replay() override {
     torch::NoGradGuard no_grad;
@@ -206,6 +322,7 @@ class EmulatedGraph final : public CapturedGraph {
   TensorList m_inputs;
   TensorList m_outputs;
   std::vector<GraphRead> m_reads;
+  std::vector<OpSignature> m_signature;  // Note [Recapture signature], taken at capture
 };
 
 void pin_constants(torch::jit::Block* block, std::vector<GraphRead>& reads) {
@@ -267,15 +384,49 @@ class EmulatedBackend final : public GraphBackend {
                                          std::int64_t batch_size) override {
     torch::NoGradGuard no_grad;
     TensorList inputs;
-    torch::jit::Stack stack;
-    for (const auto& t : example_inputs) {
-      inputs.push_back(t.clone());
-      stack.emplace_back(inputs.back());
-    }
+    for (const auto& t : example_inputs) inputs.push_back(t.clone());
+    Trace trace = trace_forward(model, inputs, batch_size);
+    TensorList static_outputs;
+    for (auto& v : trace.outputs) static_outputs.push_back(v.toTensor().clone());
+    std::vector<GraphRead> reads;
+    pin_constants(trace.state->graph->block(), reads);
+    return std::make_unique<EmulatedGraph>(batch_size, trace.state->graph, std::move(inputs),
+                                           std::move(static_outputs), std::move(reads));
+  }
 
-    HostSyncLog host_syncs;
+  // Note [Recapture signature]: a fresh trace on `inputs`, its signature against the capture's.
+  RecaptureDiff recapture_diff(const CapturedGraph& graph, LifecycleModel& model, const TensorList& inputs) override {
+    const auto* emulated = dynamic_cast<const EmulatedGraph*>(&graph);
+    if (!emulated) {
+      RecaptureDiff d;
+      d.unsupported_reason = "the graph is not the emulated backend's";
+      return d;
+    }
+    torch::NoGradGuard no_grad;
+    TensorList copies;
+    for (const auto& t : inputs) copies.push_back(t.clone());
+    try {
+      const Trace trace = trace_forward(model, copies, graph.batch_size());
+      return compare_signatures(emulated->signature(), signature_of(*trace.state->graph));
+    } catch (const NotCapturable& e) {
+      // A host sync on these inputs that the capture did not meet: the forward took another path.
+      RecaptureDiff d;
+      d.supported = true;
+      d.control_flow_differs = true;
+      d.divergence = e.what();
+      return d;
+    }
+  }
+
+ private:
+  struct Trace {
     std::shared_ptr<torch::jit::tracer::TracingState> state;
     torch::jit::Stack outputs;
+  };
+  static Trace trace_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
+    torch::jit::Stack stack(inputs.begin(), inputs.end());
+    HostSyncLog host_syncs;
+    Trace trace;
     {
       HostSyncObserver observer(host_syncs);
       auto traced = [&model](torch::jit::Stack in) -> torch::jit::Stack {
@@ -284,31 +435,23 @@ class EmulatedBackend final : public GraphBackend {
         TensorList out = model.forward_all(args);
         return torch::jit::Stack(out.begin(), out.end());
       };
-      std::tie(state, outputs) = torch::jit::tracer::trace(
+      std::tie(trace.state, trace.outputs) = torch::jit::tracer::trace(
           std::move(stack), traced, [](const torch::autograd::Variable&) { return std::string(); },
           /*strict=*/true, /*force_outplace=*/false);
     }
-
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(
           "forward calls {} at batch size {}: a host sync, which a CUDA graph cannot capture "
           "(the value would be frozen at capture time); keep the value on the device",
           host_syncs.ops.front(), batch_size));
     }
-    if (outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
-    TensorList static_outputs;
-    for (auto& v : outputs) {
+    if (trace.outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
+    for (auto& v : trace.outputs) {
       if (!v.isTensor()) throw NotCapturable("every output of a captured forward must be a tensor");
-      static_outputs.push_back(v.toTensor().clone());
     }
-
-    std::vector<GraphRead> reads;
-    pin_constants(state->graph->block(), reads);
-    return std::make_unique<EmulatedGraph>(batch_size, state->graph, std::move(inputs),
-                                           std::move(static_outputs), std::move(reads));
+    return trace;
   }
 
- private:
   CpuMemoryMeter m_meter;
 };
 

@@ -51,6 +51,7 @@ const char* to_string(Pass pass) {
     case Pass::poison: return "poison";
     case Pass::coverage: return "coverage";
     case Pass::growth: return "growth";
+    case Pass::stream_order: return "stream_order";
   }
   return "unknown";
 }
@@ -241,8 +242,9 @@ void Driver::setup() {
       needed.insert(p);
     }
   }
+  // The stream-order pass comes last: it seeds the global RNG before each of its loads.
   for (Pass p : {Pass::validate, Pass::observe, Pass::idempotence, Pass::census, Pass::poison,
-                 Pass::coverage, Pass::growth}) {
+                 Pass::coverage, Pass::growth, Pass::stream_order}) {
     if (needed.count(p)) m_passes.push_back(p);
   }
 }

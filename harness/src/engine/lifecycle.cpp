@@ -68,6 +68,10 @@ void PassRun::run() {
     if (scenario().dummy_growth) growth();
     return;
   }
+  if (m_pass == Pass::stream_order) {  // no lifecycle: loads in other orders only
+    stream_order();
+    return;
+  }
   lifecycle();
 }
 
@@ -394,6 +398,9 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     throw;
   }
   e.streamed = stream.finish();
+  for (const NamedTensor& t : e.streamed) {
+    if (m_stream_order_seen.insert(t.name).second) m_stream_order.push_back(t.name);
+  }
   check_loaded(stream.seen(), e.loaded, refit, e.source);
   end(&Probe::on_load_end, e);
 }

@@ -107,7 +107,14 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
     weights.insert(m_initial_weights.begin(), m_initial_weights.end());  // refits win
   }
   if (!weights.empty()) {
+    // In the order model A was streamed (the stream-order pass varies it on purpose, not B).
     std::vector<NamedTensor> list;
+    for (const std::string& name : m_stream_order) {
+      auto it = weights.find(name);
+      if (it == weights.end()) continue;
+      list.push_back({name, it->second});
+      weights.erase(it);
+    }
     for (const auto& [name, tensor] : weights) list.push_back({name, tensor});
     TensorListWeightStream records(
         std::move(list), fmt::format("the weights model A should hold at cycle {}", m_cycle));

@@ -44,7 +44,8 @@ inline PassSpec spec_of(Pass pass) {
     case Pass::validate: return {true, false, false};
     case Pass::idempotence:
     case Pass::census: return {false, false, true};
-    case Pass::growth: return {false, false, false};
+    case Pass::growth:
+    case Pass::stream_order: return {false, false, false};
   }
   return {};
 }
@@ -166,8 +167,13 @@ class PassRun final : public RunContext {
   void poison_fill(PoisonFillEvent::Kind kind, const CycleStep& step);
   void idempotence_check();
   void validate_capture(std::size_t index, const CaptureEvent& capture);
+  // The backend's recording of forward on `inputs` against graph `index` (RecaptureDiff).
+  RecaptureDiff recapture(std::size_t index, const TensorList& inputs);
+  // The validation inputs from this one on (the wide range: zeros, tiny, huge) are recorded afresh.
+  static constexpr std::size_t kValidationRecaptureFrom = 4;
   void coverage(std::size_t index, const CompareEvent& compare);
   void growth();
+  void stream_order();
   PhaseEvent event(Phase phase) const {
     PhaseEvent e;
     e.phase = phase;
@@ -279,6 +285,9 @@ class PassRun final : public RunContext {
   // and every tensor streamed by the refits so far, by checkpoint name.
   std::map<std::string, torch::Tensor> m_initial_weights;
   std::map<std::string, torch::Tensor> m_refit_weights;
+  // The checkpoint names in the order model A was first streamed them: model B streams in it too.
+  std::vector<std::string> m_stream_order;
+  std::set<std::string> m_stream_order_seen;
   std::unique_ptr<LifecycleModel> m_reference;
   int m_reference_cycle = -1;
   bool m_quiet = false;

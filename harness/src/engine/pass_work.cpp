@@ -66,7 +66,9 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
   static_cast<PhaseEvent&>(v) = capture;
   v.graph = capture.graph;
   const std::int64_t b = capture.batch_size;
-  for (const auto& [seed, scale] : passes::validation_inputs(scenario().seed, b)) {
+  const auto inputs_list = passes::validation_inputs(scenario().seed, b);
+  for (std::size_t k = 0; k < inputs_list.size(); ++k) {
+    const auto [seed, scale] = inputs_list[k];
     ValidationReplay r;
     r.seed = seed;
     r.scale = scale;
@@ -79,10 +81,30 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     // The differential's own tolerance, per output (dtype and magnitude of each).
     r.tolerance = outputs_tolerance(r.eager_outputs, backend().exact(), backend().min_tolerance(), noise_floor(b));
     const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
+    // Note [Frozen branches] (replay_diff_probe.cpp): the wide-range inputs, and any input whose
+    // replay differs, are also recorded afresh and compared with the capture's op sequence.
+    if (!agrees || k >= kValidationRecaptureFrom) r.recapture = recapture(index, inputs);
+    const bool differs = r.recapture.differs();
     v.replays.push_back(std::move(r));
-    if (!agrees) break;  // one input that shows it is enough
+    if (!agrees || differs) break;  // one input that shows it is enough
   }
   notify(&Probe::on_validation_replays, v);
+}
+
+// A diagnostic, not a check: a recording that fails (a rebound parameter that now requires grad
+// cannot be a traced constant) says so in the diff and leaves the verdict to the other evidence.
+RecaptureDiff PassRun::recapture(std::size_t index, const TensorList& inputs) {
+  HarnessTime t(m_harness_seconds);
+  UncountedScope uncounted;
+  FlagScope quiet(m_quiet);
+  try {
+    return call_model(m_phase, "forward() under a fresh recording",
+                      [&] { return m_driver.backend().recapture_diff(*m_graphs.at(index), *m_model, inputs); });
+  } catch (const ModelFailure& e) {
+    RecaptureDiff d;
+    d.unsupported_reason = e.what();
+    return d;
+  }
 }
 
 void PassRun::coverage(std::size_t index, const CompareEvent& compare) {

@@ -180,6 +180,11 @@ void PassRun::replay_all() {
       const GraphBackend& backend = m_driver.backend();
       c.tolerance = outputs_tolerance(c.eager_outputs, backend.exact(), backend.min_tolerance(), c.noise_floor);
     }
+    // After a cycle, a replay that differs from eager(A) may hold a host value of the weights
+    // baked at capture rather than a stale tensor: a fresh recording tells them apart.
+    if (m_pass == Pass::observe && m_cycle > 0 && !outputs_agree(c.replay_outputs, c.eager_outputs, c.tolerance)) {
+      c.recapture = recapture(i, inputs);
+    }
     end(&Probe::on_compare_end, c);
     if (m_pass == Pass::coverage) coverage(i, c);
   }

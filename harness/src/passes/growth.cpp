@@ -48,7 +48,10 @@ void measure_growth(const Scenario& scenario,
 std::vector<std::pair<std::uint64_t, double>> validation_inputs(std::uint64_t scenario_seed,
                                                                 std::int64_t batch_size) {
   const std::uint64_t base = scenario_seed * 7777u + static_cast<std::uint64_t>(batch_size) * 131u;
-  return {{base + 1, 1.0}, {base + 1, -1.0}, {base + 2, 4.0}, {base + 3, -0.25}};
+  // Signs, moderate scales, then the wide range a branch threshold may lie in: zeros, very small
+  // and very large magnitudes (Note [Frozen branches], replay_diff_probe.cpp).
+  return {{base + 1, 1.0},    {base + 1, -1.0},  {base + 2, 4.0},    {base + 3, -0.25},
+          {base + 4, 0.0},    {base + 5, 1e-4},  {base + 6, -1e3},   {base + 7, 1e5}};
 }
 
 }  // namespace graphcheck::passes

@@ -128,11 +128,15 @@ class ReplayDiffProbe final : public EmptyProbe {
       if (prefill != m_prefill.end()) {
         ev.push_back({"prefill_vs_eager_b", prefill->second.bad.empty() ? "=" : "≠"});
       }
-      ctx.fail(name(), e, "replay vs eager(A)",
-               fmt::format("{} at batch size {} {}{}: the captured graph reads stale memory (a "
-                           "tensor it baked in was replaced instead of updated in place){}",
-                           summary, b, when, shape_note, decode_only),
-               std::move(ev));
+      if (e.recapture.differs()) {
+        baked_on_refit(ctx, e, summary, when, std::move(ev));
+      } else {
+        ctx.fail(name(), e, "replay vs eager(A)",
+                 fmt::format("{} at batch size {} {}{}: the captured graph reads stale memory (a "
+                             "tensor it baked in was replaced instead of updated in place){}",
+                             summary, b, when, shape_note, decode_only),
+                 std::move(ev));
+      }
     }
     if (a_vs_b.mismatches > 0) {
       const std::vector<std::string> differing = tensors_differing_from_b(ctx, e.cycle);
@@ -180,8 +184,66 @@ class ReplayDiffProbe final : public EmptyProbe {
               {"tensors_differing_from_b", fmt::format("{}", fmt::join(differing, "; "))}});
   }
 
-  // Capture validation: fresh inputs the graph never saw, replayed and run eagerly (the driver's,
-  // which stops after the first input whose replay differs).
+  // Note [Baked host values]
+  // After a refit, replay != eager(A) has two causes a reader must tell apart: a tensor the graph
+  // baked in was replaced (the address probe names it), or a host value derived from the weights
+  // (a Python float, a flag, a shape: `scale = w.abs().max().item()` in PWAL) was passed to an op
+  // as an argument and the graph holds the capture's value. The driver records the forward afresh
+  // (GraphBackend::recapture_diff); the ops whose host arguments differ from the capture's are
+  // the second cause, and an op sequence that parts is a branch decided on the host from the
+  // weights. The emulated backend compares its traces; the cuda backend cannot (a CUDA graph's
+  // kernel arguments are untyped bytes), and its findings say so by staying with the first cause.
+  void baked_on_refit(RunContext& ctx, const CompareEvent& e, const std::string& summary, const std::string& when,
+                      std::vector<std::pair<std::string, std::string>> ev) {
+    const RecaptureDiff& r = e.recapture;
+    if (r.control_flow_differs) {
+      ev.insert(ev.begin(), {"cause", "frozen at capture"});
+      ev.push_back({"divergence", r.divergence});
+      if (!r.divergence_source.empty()) ev.push_back({"source", r.divergence_source});
+      ctx.fail(name(), e, "replay vs eager(A)",
+               fmt::format("{} at batch size {} {}: control flow frozen at capture: a capture made now takes "
+                           "another path ({}{}), so the forward branches on a host value derived from the "
+                           "weights, and the graph keeps the branch the capture took; decide on the device "
+                           "(torch::where) or recapture after every refit",
+                           summary, e.batch_size, when, r.divergence,
+                           r.divergence_source.empty() ? "" : fmt::format(", at {}", r.divergence_source)),
+               std::move(ev));
+      return;
+    }
+    std::vector<std::string> values;
+    for (const BakedValue& v : r.values) {
+      values.push_back(fmt::format("{} argument {}: {} at capture, {} now{}", v.op, v.argument, v.at_capture, v.now,
+                                   v.source.empty() ? "" : fmt::format(" ({})", v.source)));
+    }
+    const BakedValue& first = r.values.front();
+    ev.insert(ev.begin(), {"cause", "host value baked"});
+    ev.push_back({"op", first.op});
+    ev.push_back({"value_at_capture", first.at_capture});
+    ev.push_back({"value_now", first.now});
+    if (!first.source.empty()) ev.push_back({"source", first.source});
+    ev.push_back({"baked_values", fmt::format("{}", fmt::join(values, "; "))});
+    ctx.fail(name(), e, "replay vs eager(A)",
+             fmt::format("{} at batch size {} {}: a host value was baked into the graph at capture: {}{}; "
+                         "the weights changed it and the graph still passes the capture's value (no tensor "
+                         "was replaced): keep the value in a device tensor updated in place (a 0-dim "
+                         "buffer), not a host scalar",
+                         summary, e.batch_size, when, values.front(),
+                         values.size() > 1 ? fmt::format(" (and {} more)", values.size() - 1) : ""),
+             std::move(ev));
+  }
+
+  // Note [Frozen branches]
+  // A branch frozen at capture shows two ways on fresh inputs, and the driver looks both ways
+  // (passes::validation_inputs: other seeds, both signs, scales from 0 and 1e-4 to 1e5):
+  //  - the replay differs from eager on an input that takes the other branch, which needs no
+  //    knowledge of how the value reached the host (item(), .cpu(), a raw data_ptr() read that
+  //    calls no aten op);
+  //  - a fresh recording of the forward on the wide-range inputs (and on any input whose replay
+  //    differs) parts from the capture's op sequence, or passes other host values to its ops
+  //    (GraphBackend::recapture_diff, the emulated backend only), which names the op, and on a
+  //    Python model its source line, even where the two branches' outputs happen to agree.
+  // Neither sees a branch whose threshold no input reaches (beyond 1e5 times the model's inputs),
+  // or one on data the inputs do not reach (a weight: that is the refit's check above).
   void validate_capture(RunContext& ctx, const ValidationEvent& e) {
     const std::int64_t b = e.batch_size;
     int checked = 0;
@@ -189,6 +251,10 @@ class ReplayDiffProbe final : public EmptyProbe {
       const double tolerance = v.tolerance;
       const OutputDiff d = diff_outputs(v.replay_outputs, v.eager_outputs, tolerance);
       ++checked;
+      if (v.recapture.differs()) {
+        frozen_branch(ctx, e, v, d);
+        break;
+      }
       if (d.mismatches == 0) continue;
       ctx.fail(name(), e, fmt::format("capture at batch size {}", b),
                fmt::format("the graph captured at batch size {} replays differently from eager on a "
@@ -197,7 +263,8 @@ class ReplayDiffProbe final : public EmptyProbe {
                            "(a branch on a value read on the host through data_ptr(), .cpu() or "
                            "item()); keep the decision on the device (torch::where)",
                            b, v.seed, v.scale, d.max_abs, d.mismatches),
-               {{"batch_size", std::to_string(b)},
+               {{"cause", "frozen at capture"},
+                {"batch_size", std::to_string(b)},
                 {"input_seed", std::to_string(v.seed)},
                 {"input_scale", fmt::format("{}", v.scale)},
                 {"max_abs", fmt::format("{:.6g}", d.max_abs)},
@@ -207,6 +274,40 @@ class ReplayDiffProbe final : public EmptyProbe {
       break;  // one input that shows it is enough
     }
     ctx.measure(e, "gc/replay_diff/validation_inputs", checked, "inputs");
+  }
+
+  void frozen_branch(RunContext& ctx, const ValidationEvent& e, const ValidationReplay& v, const OutputDiff& d) {
+    const RecaptureDiff& r = v.recapture;
+    std::string what = r.divergence;
+    std::string source = r.divergence_source;
+    if (!r.control_flow_differs) {
+      const BakedValue& first = r.values.front();
+      what = fmt::format("{} argument {} is {} in the capture and {} on this input", first.op, first.argument,
+                         first.at_capture, first.now);
+      source = first.source;
+    }
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"cause", "frozen at capture"},
+        {"batch_size", std::to_string(e.batch_size)},
+        {"input_seed", std::to_string(v.seed)},
+        {"input_scale", fmt::format("{}", v.scale)},
+        {"divergence", what}};
+    if (!source.empty()) evidence.emplace_back("source", source);
+    evidence.emplace_back("max_abs", fmt::format("{:.6g}", d.max_abs));
+    evidence.emplace_back("mismatched_elements", std::to_string(d.mismatches));
+    ctx.fail(name(), e, fmt::format("capture at batch size {}", e.batch_size),
+             fmt::format("{} frozen at capture: a fresh recording of the forward at batch size {} on another "
+                         "input (make_inputs seed {}, floating inputs scaled by {}) {}: {}{}; the forward "
+                         "decides on the host from its data (item(), .cpu(), a raw data_ptr() read), and the "
+                         "graph keeps what the capture decided{}; keep the decision on the device "
+                         "(torch::where)",
+                         r.control_flow_differs ? "control flow" : "a host value computed from the inputs",
+                         e.batch_size, v.seed, v.scale,
+                         r.control_flow_differs ? "takes another path" : "passes another host value", what,
+                         source.empty() ? "" : fmt::format(", at {}", source),
+                         d.mismatches > 0 ? fmt::format(" (replay and eager differ there by max abs {:.6g})", d.max_abs)
+                                          : std::string(" (its outputs happen to agree on this input)")),
+             std::move(evidence));
   }
 
   // Localises eager(A) != eager(B): every live tensor of A whose bytes differ from model B's

@@ -49,6 +49,27 @@ class CapturedGraph {
   [[nodiscard]] virtual const std::vector<GraphRead>& reads() const = 0;
 };
 
+// What a fresh capture of the same forward, made now, would bake differently from a captured graph
+// (GraphBackend::recapture_diff): the host values the graph holds as constants (scalars, flags,
+// shapes passed to its ops as arguments) and the op sequence itself (a branch decided on the host).
+struct BakedValue {
+  std::string op;         // the op that takes it: "aten::mul"
+  int argument = 0;       // its position among the op's inputs (0-based)
+  std::string at_capture;  // the value the graph holds
+  std::string now;         // the value a capture made now holds
+  std::string source;      // "model.py:42" where the backend knows it (Python models), else ""
+};
+struct RecaptureDiff {
+  bool supported = false;
+  std::string unsupported_reason;  // when !supported: what the backend cannot compare, and why
+  bool control_flow_differs = false;
+  // When it does: the first op where the two captures part, with its source where known.
+  std::string divergence;
+  std::string divergence_source;
+  std::vector<BakedValue> values;  // host values that differ (same op sequence only)
+  [[nodiscard]] bool differs() const { return control_flow_differs || !values.empty(); }
+};
+
 // Memory as the backend's allocator sees it: the CPU's counting allocator, or the CUDA caching
 // allocator's device stats.
 class MemoryMeter {
@@ -103,6 +124,16 @@ class GraphBackend {
   virtual std::unique_ptr<CapturedGraph> capture(LifecycleModel& model,
                                                  const TensorList& example_inputs,
                                                  std::int64_t batch_size) = 0;
+  // Records model.forward_all(inputs) as a capture would now, without keeping it, and compares
+  // it with `graph` (one of this backend's). The default says the backend cannot.
+  virtual RecaptureDiff recapture_diff(const CapturedGraph& graph, LifecycleModel& model, const TensorList& inputs) {
+    (void)graph;
+    (void)model;
+    (void)inputs;
+    RecaptureDiff d;
+    d.unsupported_reason = "this backend records no op sequence it could compare";
+    return d;
+  }
 };
 
 struct BackendChoice {

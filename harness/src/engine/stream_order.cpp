@@ -1,0 +1,238 @@
+// The stream-order pass (engine/pass_run.h): one load and its PWAL, repeated on fresh models with
+// the same weights streamed in other orders, against the canonical order (the checkpoint's).
+//
+// Note [Stream order]
+// Real loaders get tensors in no fixed order: a checkpoint in several files, a dict sorted by
+// name, RL weight sync in named_parameters() order, buckets sent as they fill. A loader that
+// combines tensors as they arrive (a weight with whatever scale is live at that moment) is right
+// in one order only. So the pass loads the same weights reversed, shuffled (seeded), by name, and
+// in contiguous buckets sent last first (a sharded checkpoint's files, a sync's buckets), and
+// compares every live tensor after PWAL with the canonical load's. Each model starts from the same
+// global RNG seed, so that randomness a model draws in its hooks is not taken for order. The
+// pass holds the streamed weights and two models (the canonical one and the current variant).
+
+#include <fmt/format.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "counting_allocator.h"
+#include "engine/driver.h"
+#include "engine/errors.h"
+#include "engine/pass_run.h"
+#include "engine/streams.h"
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/model.h"
+#include "graphcheck/probe.h"
+#include "graphcheck/safetensors.h"
+#include "poison.h"
+#include "tensor_format.h"
+
+namespace graphcheck::engine {
+
+namespace {
+
+std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const std::vector<std::string>& only) {
+  std::vector<NamedTensor> out;
+  try {
+    SafetensorsWeightStream stream(path, only, {}, StreamReads::copies);
+    while (auto item = stream.next()) out.push_back(std::move(*item));
+  } catch (const safetensors::Error& e) {
+    throw UserError(e.what());
+  }
+  return out;
+}
+
+std::string module_prefix_of(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? std::string() : name.substr(0, dot + 1);
+}
+
+// The other orders of `canonical` (Note [Stream order]), each named; orders equal to the canonical
+// one or to an earlier one are left out.
+std::vector<std::pair<std::string, std::vector<std::size_t>>> stream_order_variants(const std::vector<NamedTensor>& canonical,
+                                                                          std::uint64_t seed) {
+  const std::size_t n = canonical.size();
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> out;
+  std::vector<std::size_t> identity(n);
+  for (std::size_t i = 0; i < n; ++i) identity[i] = i;
+  const auto add = [&](std::string name, std::vector<std::size_t> order) {
+    if (order == identity) return;
+    for (const auto& o : out) {
+      if (o.second == order) return;
+    }
+    out.emplace_back(std::move(name), std::move(order));
+  };
+  add("reversed", std::vector<std::size_t>(identity.rbegin(), identity.rend()));
+  {
+    std::vector<std::size_t> shuffled = identity;
+    std::mt19937_64 rng(seed);
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    add(fmt::format("shuffled (seed {})", seed), std::move(shuffled));
+  }
+  {
+    std::vector<std::size_t> by_name = identity;
+    std::stable_sort(by_name.begin(), by_name.end(),
+                     [&](std::size_t a, std::size_t b) { return canonical[a].name < canonical[b].name; });
+    add("sorted by name", std::move(by_name));
+  }
+  if (n >= 3) {
+    const std::size_t buckets = std::min<std::size_t>(4, n);
+    std::vector<std::size_t> grouped;
+    for (std::size_t k = buckets; k-- > 0;) {
+      for (std::size_t i = k * n / buckets; i < (k + 1) * n / buckets; ++i) grouped.push_back(i);
+    }
+    add(fmt::format("in {} contiguous buckets, the last first", buckets), std::move(grouped));
+  }
+  return out;
+}
+
+// Live tensors of `variant` that differ from `canonical`'s, by name.
+std::vector<StreamOrderDelta> compare_live_after_orders(LifecycleModel& canonical, LifecycleModel& variant,
+                                           const std::vector<std::string>& streamed) {
+  std::map<std::string, torch::Tensor> theirs;
+  for (auto& t : live_tensors(variant)) theirs.emplace(t.name, t.tensor);
+  std::vector<StreamOrderDelta> out;
+  std::set<std::string> seen;
+  for (const auto& mine : live_tensors(canonical)) {
+    if (!seen.insert(mine.name).second) continue;
+    auto it = theirs.find(mine.name);
+    const torch::Tensor& a = mine.tensor;
+    StreamOrderDelta d;
+    d.tensor = mine.name;
+    if (it == theirs.end() || !it->second.defined() || !a.defined()) {
+      if (it == theirs.end() || a.defined() != it->second.defined()) {
+        d.detail = it == theirs.end() ? "absent after this order" : "defined after one order only";
+      }
+    } else {
+      const torch::Tensor& b = it->second;
+      if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
+        d.detail = fmt::format("{} {} after the canonical order, {} {} after this one", c10::toString(a.scalar_type()),
+                               shape_string(a.sizes()), c10::toString(b.scalar_type()), shape_string(b.sizes()));
+      } else if (a.numel() > 0 && a.layout() == c10::kStrided && !a.is_meta()) {
+        const torch::Tensor differ_mask = element_bytes(a).ne(element_bytes(b.to(a.device()))).any(1);
+        const std::int64_t differ = differ_mask.sum().item<std::int64_t>();
+        if (differ > 0) {
+          std::string magnitude;
+          if (c10::isFloatingType(a.scalar_type())) {
+            const double max_abs = (a.to(torch::kFloat64) - b.to(a.device()).to(torch::kFloat64))
+                                       .abs()
+                                       .nan_to_num(INFINITY)
+                                       .max()
+                                       .item<double>();
+            magnitude = fmt::format(", max abs {:.6g}", max_abs);
+          }
+          d.detail = fmt::format("{} of {} elements differ{}", differ, a.numel(), magnitude);
+        }
+      }
+    }
+    if (d.detail.empty()) continue;
+    const std::string module = module_prefix_of(mine.name);
+    for (const auto& name : streamed) {
+      if (!module.empty() && name.rfind(module, 0) == 0) d.streamed_near.push_back(name);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+void PassRun::stream_order() {
+  const Scenario& s = scenario();
+  StreamOrderEvent event;
+  event.phase = Phase::load;
+  // Which load: the initial one when it reads a checkpoint, else the first plain refit.
+  const RefitSpec* refit = nullptr;
+  std::string path;
+  std::vector<std::string> only;
+  if (s.load == LoadFormat::checkpoint) {
+    path = s.checkpoint.empty() ? m_driver.checkpoint_for(m_driver.seed(), *this,
+                                                          [&] { return construct_quiet("checkpoint synthesis"); })
+                                : s.checkpoint;
+    event.load = "the initial load";
+  } else {
+    for (const RefitSpec& spec : s.cycles) {
+      if (spec.kind == CycleKind::refit && !spec.sweep && spec.buckets.empty()) {
+        refit = &spec;
+        break;
+      }
+    }
+    if (!refit) {
+      // A dummy load streams nothing, and no refit streams in one piece: no order to vary.
+      measure(PhaseEvent{}, "gc/stream_order/orders", 0, "orders");
+      return;
+    }
+    const std::uint64_t seed = refit->seed + (m_driver.seed() - s.seed);
+    path = m_driver.checkpoint_for(seed, *this, [&] { return construct_quiet("checkpoint synthesis"); });
+    only = refit->prefixes();
+    event.load = "refit cycle 1";
+    event.cycle = 1;
+  }
+  std::vector<NamedTensor> weights;
+  {
+    HarnessTime t(m_harness_seconds);
+    weights = read_checkpoint_tensors(path, only);
+  }
+  event.source = fmt::format("checkpoint '{}'", path);
+  for (const auto& w : weights) event.canonical.push_back(w.name);
+  const auto variants = stream_order_variants(weights, m_driver.seed());
+  if (variants.empty()) {
+    measure(PhaseEvent{}, "gc/stream_order/orders", 0, "orders");
+    return;
+  }
+
+  UncountedScope uncounted;  // the pass's own models, no memory check here
+  FlagScope quiet(m_quiet);
+  const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order) {
+    torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
+    const std::string what = fmt::format("stream-order model ({} order)", order);
+    std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
+    const auto load_stream = [&] {
+      TensorListWeightStream list(stream_order, fmt::format("{}, {} order", event.source, order));
+      CloningStream stream(list);  // a loader that keeps what it is streamed shares nothing
+      m_phase = Phase::load;
+      call_model(Phase::load, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
+    };
+    if (refit) {
+      load_dummy(*model, m_driver.seed());
+      run_pwal(*model);
+      m_phase = Phase::refit;
+      call_model(Phase::refit, fmt::format("{} stage_for_refit()", what), [&] {
+        torch::NoGradGuard no_grad;
+        model->stage_for_refit();
+        return 0;
+      });
+    }
+    load_stream();
+    m_phase = Phase::pwal;
+    run_pwal(*model);
+    return model;
+  };
+  std::unique_ptr<LifecycleModel> canonical = build(weights, "canonical");
+  for (const auto& [name, order] : variants) {
+    StreamOrderVariant v;
+    v.order = name;
+    std::vector<NamedTensor> stream_order;
+    stream_order.reserve(order.size());
+    for (std::size_t i : order) {
+      stream_order.push_back(weights[i]);
+      v.names.push_back(weights[i].name);
+    }
+    std::unique_ptr<LifecycleModel> model = build(stream_order, name);
+    v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
+    event.variants.push_back(std::move(v));
+  }
+  measure(PhaseEvent{}, "gc/stream_order/orders", static_cast<double>(variants.size()), "orders");
+  notify(&Probe::on_stream_orders_compared, event);
+}
+
+}  // namespace graphcheck::engine
