@@ -813,6 +813,49 @@ TEST(CheckpointMapping, BadMappingsAreConfigErrorsNamingTheShard) {
   EXPECT_NE(error_of({{"q", "qkv", 2, 0, 1}}).find("shard 'q' of 'qkv'"), std::string::npos);
   EXPECT_NE(error_of({{"q", "qkv", 0, 0, 3}, {"k", "qkv", 0, 2, 2}}).find("overlaps"), std::string::npos);
   EXPECT_NE(error_of({{"q", "qkvz", 0, 0, 2}}).find("names live tensor 'qkvz'"), std::string::npos);
+  // Layout transforms: a permutation of the live region's dims, once each.
+  CheckpointShard bad_permute = transposed_shard("q", "qkv");
+  bad_permute.permute = {0, 0};
+  EXPECT_NE(error_of({bad_permute}).find("permutes dims (0, 0), which is no permutation"), std::string::npos);
+  CheckpointShard three_dims = transposed_shard("q", "qkv");
+  three_dims.permute = {2, 0, 1};
+  EXPECT_NE(error_of({three_dims}).find("no permutation of the 2 dims"), std::string::npos);
+  CheckpointShard offset_whole = transposed_shard("q", "qkv");
+  offset_whole.offset = 2;
+  EXPECT_NE(error_of({offset_whole}).find("whole-dim shard starts at offset 0"), std::string::npos);
+}
+
+// Issue 25 item 5: a live [in, out] tensor holding a checkpoint's [out, in] transposed. Every
+// region the engine hands out (synthesis, the census, model B, the default loader) is in the
+// checkpoint's orientation, and messages say how it is stored.
+TEST(CheckpointMapping, TransposedEntryIsSeenInTheCheckpointsOrientation) {
+  StackedModel model({transposed_shard("qkv_t", "qkv"), {"o_rows", "o", 0, 0, 1, -1, {1, 0}}});
+  const auto layout = checkpoint_layout(model);
+  ASSERT_EQ(layout.size(), 2u);
+  const CheckpointEntry& whole = layout[0];
+  EXPECT_EQ(whole.checkpoint, "qkv_t");
+  EXPECT_FALSE(whole.sharded);
+  EXPECT_EQ(whole.region.sizes(), (std::vector<std::int64_t>{2, 6}));  // the checkpoint's shape
+  EXPECT_EQ(whole.describe(), "'qkv_t' (stored transposed in 'qkv')");
+  const CheckpointEntry& row = layout[1];
+  EXPECT_TRUE(row.sharded);
+  EXPECT_EQ(row.region.sizes(), (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(row.describe(), "'o_rows' (rows 0..0 along dim 0 of 'o', stored transposed)");
+
+  // The default loader writes through the transposed view; synthesis gives checkpoint shapes.
+  const torch::Tensor ckpt = torch::arange(12, torch::kFloat32).reshape({2, 6});
+  TensorListWeightStream stream({{"qkv_t", ckpt}, {"o_rows", torch::tensor({{7.0f}, {8.0f}})}}, "test stream");
+  EXPECT_EQ(load_module_weights(model, stream), (std::set<std::string>{"qkv", "o"}));
+  EXPECT_TRUE(torch::equal(model.m_qkv, ckpt.t()));
+  EXPECT_TRUE(torch::equal(model.m_o.narrow(0, 0, 1), torch::tensor({{7.0f, 8.0f}})));
+  for (const auto& t : model.synthesize_checkpoint(5)) {
+    if (t.name == "qkv_t") {
+      EXPECT_EQ(t.tensor.sizes(), (std::vector<std::int64_t>{2, 6}));
+    }
+  }
+  // Model B's tensor, through the same entry.
+  const torch::Tensor other = torch::randn({6, 2});
+  EXPECT_TRUE(torch::equal(whole.region_of(other), other.t()));
 }
 
 }  // namespace

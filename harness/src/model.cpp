@@ -3,6 +3,7 @@
 #include "graphcheck/plugin.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -168,17 +169,50 @@ std::vector<CheckpointShard> stacked_shards(
   return out;
 }
 
+CheckpointShard transposed_shard(std::string checkpoint, std::string live) {
+  CheckpointShard s;
+  s.checkpoint = std::move(checkpoint);
+  s.live = std::move(live);
+  s.size = CheckpointShard::kWhole;
+  s.permute = {1, 0};
+  return s;
+}
+
+namespace {
+
+// "transposed", or "with dims permuted (2, 0, 1)": how the live region holds the checkpoint's.
+std::string transform_text(const std::vector<std::int64_t>& permute) {
+  if (permute == std::vector<std::int64_t>{1, 0}) return "transposed";
+  return fmt::format("with dims permuted ({})", fmt::join(permute, ", "));
+}
+
+std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& permute) {
+  std::vector<std::int64_t> inverse(permute.size());
+  for (std::size_t i = 0; i < permute.size(); ++i) inverse[static_cast<std::size_t>(permute[i])] = static_cast<std::int64_t>(i);
+  return inverse;
+}
+
+}  // namespace
+
 std::string CheckpointEntry::describe() const {
-  if (!sharded) return fmt::format("'{}'", checkpoint);
+  if (!sharded && permute.empty() && live == checkpoint) return fmt::format("'{}'", checkpoint);
+  if (!sharded) {
+    return fmt::format("'{}' (stored {}in '{}')", checkpoint,
+                       permute.empty() ? std::string() : transform_text(permute) + " ", live);
+  }
   const std::string expert = index >= 0 ? fmt::format(" of expert {}", index) : std::string();
-  return fmt::format("'{}' ({} {}..{} along dim {}{} of '{}')", checkpoint,
-                     dim == 0 ? "rows" : "slices", offset, offset + size - 1, dim, expert, live);
+  const std::string transform = permute.empty() ? std::string() : fmt::format(", stored {}", transform_text(permute));
+  return fmt::format("'{}' ({} {}..{} along dim {}{} of '{}'{})", checkpoint, dim == 0 ? "rows" : "slices", offset,
+                     offset + size - 1, dim, expert, live, transform);
 }
 
 torch::Tensor CheckpointEntry::region_of(const torch::Tensor& live_tensor) const {
-  if (!sharded) return live_tensor;
-  const torch::Tensor within = index >= 0 ? live_tensor.select(0, index) : live_tensor;
-  return within.narrow(dim, offset, size);
+  torch::Tensor region = live_tensor;
+  if (sharded) {
+    const torch::Tensor within = index >= 0 ? live_tensor.select(0, index) : live_tensor;
+    region = within.narrow(dim, offset, size);
+  }
+  return permute.empty() ? region : region.permute(inverse_permutation(permute));
 }
 
 std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
@@ -201,7 +235,21 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
     }
     // The ranges taken so far, per expert (-1: the whole tensor).
     std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> taken;
-    for (const CheckpointShard* shard : it->second) {
+    for (const CheckpointShard* given : it->second) {
+      CheckpointShard whole;  // kWhole resolved against the live tensor
+      const CheckpointShard* shard = given;
+      if (given->size == CheckpointShard::kWhole) {
+        whole = *given;
+        const torch::Tensor live = whole.index >= 0 && t.tensor.dim() >= 2 ? t.tensor.select(0, whole.index) : t.tensor;
+        if (whole.offset != 0 || whole.dim < 0 || whole.dim >= std::max<std::int64_t>(live.dim(), 1)) {
+          throw ConfigError(fmt::format(
+              "checkpoint_mapping(): shard '{}' of '{}' takes all of dim {} (size kWhole) from offset {}: a "
+              "whole-dim shard starts at offset 0 of a dim the live tensor {} has; fix the mapping",
+              given->checkpoint, given->live, whole.dim, whole.offset, shape_string(live.sizes())));
+        }
+        whole.size = live.dim() == 0 ? 1 : live.size(whole.dim);
+        shard = &whole;
+      }
       if (shard->index >= 0 && (t.tensor.dim() < 2 || shard->index >= t.tensor.size(0))) {
         throw ConfigError(fmt::format(
             "checkpoint_mapping(): shard '{}' names expert {} of '{}', whose shape {} has no such "
@@ -235,15 +283,33 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
         }
       }
       taken[shard->index].emplace_back(shard->offset, shard->offset + shard->size);
+      if (!shard->permute.empty()) {
+        std::vector<bool> seen(static_cast<std::size_t>(live.dim()), false);
+        bool valid = static_cast<std::int64_t>(shard->permute.size()) == live.dim();
+        for (const std::int64_t d : shard->permute) {
+          valid = valid && d >= 0 && d < live.dim() && !seen[static_cast<std::size_t>(d)];
+          if (valid) seen[static_cast<std::size_t>(d)] = true;
+        }
+        if (!valid) {
+          throw ConfigError(fmt::format(
+              "checkpoint_mapping(): shard '{}' of '{}' permutes dims ({}), which is no permutation of the {} "
+              "dims of its live region {}: list each dim once ({{1, 0}} transposes a matrix)",
+              shard->checkpoint, shard->live, fmt::join(shard->permute, ", "), live.dim(),
+              shape_string(live.sizes())));
+        }
+      }
       CheckpointEntry e;
       e.checkpoint = shard->checkpoint;
       e.live = shard->live;
-      e.region = live.narrow(shard->dim, shard->offset, shard->size);
-      e.sharded = true;
+      // A whole live tensor (size kWhole, no expert) is no shard of it: only its name or
+      // orientation differs.
+      e.sharded = given->size != CheckpointShard::kWhole || shard->index >= 0;
       e.dim = shard->dim;
       e.offset = shard->offset;
       e.size = shard->size;
       e.index = shard->index;
+      e.permute = shard->permute;
+      e.region = e.region_of(t.tensor);
       out.push_back(std::move(e));
     }
   }

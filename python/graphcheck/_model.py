@@ -55,14 +55,22 @@ class CheckpointShard:
     """Rows ``[offset, offset + size)`` along ``dim`` of live tensor ``live`` hold checkpoint
     tensor ``checkpoint`` (vLLM's fused ``qkv_proj`` holding ``q_proj``, ``k_proj``, ``v_proj``).
     With ``index`` >= 0 the region lies in expert ``index`` of a fused experts tensor
-    (transformers' ``mlp.experts.gate_up_proj`` holding ``mlp.experts.3.up_proj.weight``)."""
+    (transformers' ``mlp.experts.gate_up_proj`` holding ``mlp.experts.3.up_proj.weight``).
+
+    ``size=None`` takes all of ``dim``. ``permute``: the region holds the checkpoint tensor with its
+    dims permuted, ``region == checkpoint.permute(permute)``; ``(1, 0)`` is a transpose (a kernel
+    that wants ``[in, out]`` of a checkpoint's ``[out, in]``):
+    ``CheckpointShard("proj.weight", "proj.weight_t", permute=(1, 0))``. dim, offset and size stay
+    in the live tensor's orientation; the census, synthesis, model B and the messages speak the
+    checkpoint's."""
 
     checkpoint: str
     live: str
-    dim: int
-    offset: int
-    size: int
+    dim: int = 0
+    offset: int = 0
+    size: int | None = None
     index: int = -1  # >= 0: expert ``index`` of a fused [experts, ...] tensor first, then the region
+    permute: tuple[int, ...] = ()
 
 
 def set_weight_attrs(tensor: torch.Tensor, attrs: dict[str, Any] | None) -> None:
@@ -192,7 +200,7 @@ class ModelAdapter:
         out = self.model.make_inputs(batch_size, seed)
         return _tensor_list(out, f"{type(self.model).__name__}.make_inputs()")
 
-    def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int, int]]:
+    def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int, int, tuple[int, ...]]]:
         mapping = getattr(self.model, "checkpoint_mapping", None)
         if callable(mapping):
             return [_shard_tuple(s) for s in mapping()]
@@ -282,17 +290,25 @@ def _tensor_list(value: Any, what: str) -> list[torch.Tensor]:
     raise ContractError(f"{what} returned {type(value).__name__}: return a tensor or a tuple of tensors")
 
 
-def _shard_tuple(s: Any) -> tuple[str, str, int, int, int, int]:
+_WHOLE = -1  # CheckpointShard::kWhole: all of dim
+
+
+def _shard_tuple(s: Any) -> tuple[str, str, int, int, int, int, tuple[int, ...]]:
     if isinstance(s, CheckpointShard):
-        return (s.checkpoint, s.live, s.dim, s.offset, s.size, s.index)
+        size = _WHOLE if s.size is None else int(s.size)
+        return (s.checkpoint, s.live, int(s.dim), int(s.offset), size, int(s.index), tuple(int(d) for d in s.permute))
     if isinstance(s, dict):
-        return (s["checkpoint"], s["live"], int(s.get("dim", 0)), int(s["offset"]), int(s["size"]),
-                int(s.get("index", -1)))
-    checkpoint, live, dim, offset, size, *index = s
-    return (str(checkpoint), str(live), int(dim), int(offset), int(size), int(index[0]) if index else -1)
+        size = s.get("size")
+        return (s["checkpoint"], s["live"], int(s.get("dim", 0)), int(s.get("offset", 0)),
+                _WHOLE if size is None else int(size), int(s.get("index", -1)),
+                tuple(int(d) for d in s.get("permute", ())))
+    checkpoint, live, dim, offset, size, *rest = s
+    index = int(rest[0]) if rest else -1
+    permute = tuple(int(d) for d in rest[1]) if len(rest) > 1 else ()
+    return (str(checkpoint), str(live), int(dim), int(offset), _WHOLE if size is None else int(size), index, permute)
 
 
-def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int, int]]:
+def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str, int, int, int, int, tuple[int, ...]]]:
     """vLLM's ``stacked_params_mapping`` ``(param_name, shard_name, shard_id)`` tuples, e.g.
     ``(".qkv_proj", ".q_proj", "q")``: every live parameter whose name holds ``param_name`` is
     split along dim 0 into its shards, in the order the mapping lists them. The rows of each shard
@@ -320,7 +336,7 @@ def _from_stacked(model: torch.nn.Module, stacked: Iterable[tuple[str, str, Any]
             offset = 0
             for shard_name, shard_id in shards:
                 size = int(sizes[shard_id]) if sizes else param.shape[0] // len(shards)
-                out.append((live.replace(param_name, shard_name, 1), live, 0, offset, size, -1))
+                out.append((live.replace(param_name, shard_name, 1), live, 0, offset, size, -1, ()))
                 offset += size
     return out
 

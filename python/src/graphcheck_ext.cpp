@@ -272,7 +272,8 @@ class PyModel final : public gc::LifecycleModel {
       for (const auto& item : m_adapter.get().attr("checkpoint_mapping")().cast<py::list>()) {
         auto t = item.cast<py::tuple>();
         out.push_back({t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<std::int64_t>(),
-                       t[3].cast<std::int64_t>(), t[4].cast<std::int64_t>(), t[5].cast<std::int64_t>()});
+                       t[3].cast<std::int64_t>(), t[4].cast<std::int64_t>(), t[5].cast<std::int64_t>(),
+                       t[6].cast<std::vector<std::int64_t>>()});
       }
       return out;
     });

@@ -44,14 +44,26 @@ using TensorList = std::vector<torch::Tensor>;
 // one checkpoint tensor per expert: `index` >= 0 first selects expert `index` along dim 0, and
 // dim/offset/size then address the region within it (`mlp.experts.3.up_proj.weight` is rows
 // I..2I-1 of expert 3 of `mlp.experts.gate_up_proj`; a whole expert is dim 0, offset 0, all rows).
+//
+// A layout transform: a live region may hold its checkpoint tensor with the dims permuted (a
+// kernel that wants `[in, out]` of a checkpoint's `[out, in]`). `permute` says how: the region
+// equals checkpoint.permute(permute), so {1, 0} is a transpose (transposed_shard()). dim, offset
+// and size stay in the live tensor's orientation; the census, synthesis, model B and every message
+// speak the checkpoint's (CheckpointEntry::region is the region seen in checkpoint orientation).
+// `size` kWhole takes all of `dim` (offset 0): a whole live tensor that is only transformed.
 struct CheckpointShard {
+  static constexpr std::int64_t kWhole = -1;
   std::string checkpoint;  // "layers.0.attn.q_proj.weight"
   std::string live;        // "layers.0.attn.qkv_proj.weight"
   std::int64_t dim = 0;
   std::int64_t offset = 0;
   std::int64_t size = 0;
   std::int64_t index = -1;  // >= 0: expert `index` along dim 0 first
+  std::vector<std::int64_t> permute = {};  // empty: stored as in the checkpoint
 };
+
+// Checkpoint tensor `checkpoint` stored transposed in the whole of 2-D live tensor `live`.
+[[nodiscard]] CheckpointShard transposed_shard(std::string checkpoint, std::string live);
 
 // Consecutive shards of one live tensor along `dim`, in order: {{"q_proj.weight", 64},
 // {"k_proj.weight", 16}, {"v_proj.weight", 16}} -> offsets 0, 64, 80.
@@ -63,15 +75,20 @@ struct CheckpointShard {
 struct CheckpointEntry {
   std::string checkpoint;  // its name in checkpoints
   std::string live;        // the live tensor it is stored in
-  torch::Tensor region;    // the live tensor, or the view of its shard
+  // The live tensor, or the view of its shard, in the checkpoint's orientation (a view through
+  // the inverse of `permute`): its shape is the checkpoint tensor's, its element [i, j] the one
+  // the checkpoint's [i, j] is loaded into.
+  torch::Tensor region;
   bool sharded = false;    // region is a shard of a larger live tensor
   std::int64_t dim = 0, offset = 0, size = 0;  // the shard, when sharded
   std::int64_t index = -1;  // the expert along dim 0 first, when >= 0 (CheckpointShard::index)
+  std::vector<std::int64_t> permute;  // CheckpointShard::permute; empty: none
 
   // The same region of another tensor of the live tensor's shape (model B's, say).
   [[nodiscard]] torch::Tensor region_of(const torch::Tensor& live_tensor) const;
 
-  // "'layers.0.attn.q_proj.weight' (rows 0..63 of 'layers.0.attn.qkv_proj.weight')".
+  // "'layers.0.attn.q_proj.weight' (rows 0..63 of 'layers.0.attn.qkv_proj.weight')",
+  // "'layers.0.proj.weight' (stored transposed in 'layers.0.proj.weight_t')".
   [[nodiscard]] std::string describe() const;
 };
 

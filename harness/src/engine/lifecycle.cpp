@@ -435,7 +435,7 @@ void PassRun::check_loaded(const std::set<std::string>& streamed, const std::set
       }
     }
     if (!missing.empty()) {
-      const bool mapped = std::any_of(layout.begin(), layout.end(), [](const auto& e) { return e.sharded; });
+      const bool mapped = std::any_of(layout.begin(), layout.end(), [](const auto& e) { return e.sharded || e.live != e.checkpoint; });
       throw UserError(fmt::format(
           "{} lacks {} tensor{} of the model's checkpoint layout: {}{}; regenerate the checkpoint "
           "for this model config{}",

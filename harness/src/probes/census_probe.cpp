@@ -150,7 +150,7 @@ class CensusProbe final : public EmptyProbe {
       const std::int64_t first = mask.nonzero()[0][0].item<std::int64_t>();
       ++findings;
       const std::vector<std::int64_t> index = unravel(first, t.sizes());
-      ctx.fail(name(), e, p.entry.sharded ? p.entry.live : p.entry.checkpoint,
+      ctx.fail(name(), e, p.entry.live,
                fmt::format("{} still holds the poison the census wrote before {} in {} of {} "
                            "elements (first at element {}, index [{}]) after the load and its "
                            "PWAL: the load never wrote them (a loader that skips part of the "

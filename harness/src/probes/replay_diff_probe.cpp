@@ -298,7 +298,7 @@ class ReplayDiffProbe final : public EmptyProbe {
     ctx.fail(name(), e, fmt::format("capture at batch size {}", e.batch_size),
              fmt::format("{} frozen at capture: a fresh recording of the forward at batch size {} on another "
                          "input (make_inputs seed {}, floating inputs scaled by {}) {}: {}{}; the forward "
-                         "decides on the host from its data (item(), .cpu(), a raw data_ptr() read), and the "
+                         "decides on the host from its data (item(), .cpu(), .numpy(), a raw data_ptr() read), and the "
                          "graph keeps what the capture decided{}; keep the decision on the device "
                          "(torch::where)",
                          r.control_flow_differs ? "control flow" : "a host value computed from the inputs",

@@ -1,0 +1,70 @@
+"""Issue 25 on the Python front: each verdict names its cause, and never another one.
+
+The scenarios are scenarios/python/py_verdict_*.yaml, whose kill matrix python.scenarios checks;
+these tests check what the findings say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import graphcheck
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "python"
+
+
+def run(name: str, mutation: str) -> graphcheck.Record:
+    record = graphcheck.check(None, SCENARIOS / f"py_verdict_{name}.yaml", mutations=[mutation])
+    assert not record.passed, record.explain()
+    return record
+
+
+def causes(record: graphcheck.Record) -> set[str]:
+    return {(f.get("evidence") or {}).get("cause", "") for f in record.findings}
+
+
+def test_stream_order_dependence_names_the_tensors_and_both_orders():
+    record = run("order_scale", "py.order_scale.combine_on_arrival")
+    [finding] = [f for f in record.findings if f["probe"] == "stream_order"]
+    assert finding["subject"] == "layers.0.weight_eff", record.explain()
+    assert "the load depends on stream order" in finding["message"]
+    assert "layers.0.weight_scale, layers.0.weight in the checkpoint's order" in finding["message"]
+    assert finding["evidence"]["cause"] == "stream order"
+    assert finding["evidence"]["other_order"].startswith("reversed: layers.1.weight, layers.1.weight_scale")
+
+
+def test_baked_python_float_is_a_host_value_with_its_source_line_not_a_replaced_tensor():
+    record = run("host_scale", "py.host_scale.scale_as_python_float")
+    assert causes(record) == {"host value baked"}, record.explain()
+    for f in record.findings:
+        assert "a host value was baked into the graph at capture: aten::div argument 1" in f["message"]
+        assert "replaced instead of updated in place" not in f["message"]
+        assert f["evidence"]["source"].endswith("fixtures/python/host_scale.py:" + str(_line_of(
+            "host_scale.py", "return x + torch.tanh(y / self.amax)"))), f["evidence"]
+    assert not [f for f in record.findings if f["probe"] == "address"], record.explain()
+
+
+def test_branch_on_a_numpy_read_is_frozen_at_capture_with_its_source_line():
+    record = run("raw_branch", "py.raw_branch.branch_on_numpy_read")
+    validate = [f for f in record.findings if f["pass"] == "validate"]
+    assert validate, record.explain()
+    assert all(f["evidence"]["cause"] == "frozen at capture" for f in validate)
+    assert "control flow frozen at capture" in validate[0]["message"]
+    assert validate[0]["evidence"]["source"].endswith(
+        "raw_branch.py:" + str(_line_of("raw_branch.py", "return x + y * 0.01")))
+
+
+def test_transposed_layout_is_named_in_the_checkpoints_orientation():
+    record = run("transposed", "py.transposed.loader_skips_last_row")
+    census = [f for f in record.findings if f["probe"] == "census"]
+    assert census, record.explain()
+    first = census[0]
+    assert first["subject"] == "layers.0.up_t"
+    assert "'layers.0.up_proj.weight' (stored transposed in 'layers.0.up_t')" in first["message"]
+    # The last checkpoint row [23, *] of [24, 16], not the live tensor's last column.
+    assert first["evidence"]["first_index"] == "[23, 0]"
+    assert first["evidence"]["shape"] == "[24, 16]"
+
+
+def _line_of(fixture: str, text: str) -> int:
+    lines = (SCENARIOS.parents[1] / "fixtures" / "python" / fixture).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
