@@ -14,6 +14,7 @@
 
 #include "graphcheck/engine/compare.h"
 #include "graphcheck/engine/reporter.h"
+#include "graphcheck/engine/session.h"
 #include "reporters/report_views.h"
 #include "temp_dir_test.h"
 
@@ -94,8 +95,21 @@ gc::ScenarioRecord failing_record() {
   f.subject = "layers.0.w|<scale>";
   f.message = "tensor 'layers.0.w' moved from 0x7f00deadbeef to 0x7f00cafef00d: a graph reads the old one & the "
               "refit wrote the new one; copy_() into it instead of `w = new`";
-  f.evidence = {{"old_address", "0x7f00deadbeef"}, {"new_address", "0x7f00cafef00d"}, {"bytes", "4096"}};
+  f.evidence = {{"tensor", "layers.0.w|<scale>"}, {"old_address", "0x7f00deadbeef"}, {"new_address", "0x7f00cafef00d"},
+                {"bytes", "4096"}};
   r.findings.push_back(f);
+  gc::Finding stale;  // a symptom with no tensor of its own: corroboration of the address finding
+  stale.probe = "replay_diff";
+  stale.pass = "observe";
+  stale.phase = "compare";
+  stale.cycle = 1;
+  stale.batch_size = 1;
+  stale.subject = "replay vs eager(A)";
+  stale.message = "replay(A) ≠ eager(A) (max abs 0.5) at batch size 1 after refit cycle 1: the captured graph reads "
+                  "stale memory";
+  stale.evidence = {{"max_abs", "0.5"}};
+  r.findings.push_back(stale);
+  r.causes = gc::session::triage(r, "graphcheck run scenarios/tiny.yaml --mutation 'tiny.rebind_<weight>'");
   gc::MutationVerdict v;
   v.mutation = "tiny.rebind_<weight>";
   v.declared = true;
@@ -223,12 +237,19 @@ TEST(Reporters, NonUtf8NamesDoNotBreakTheJsonReport) {
   EXPECT_NO_THROW((void)gc::chrome_trace(run));
 }
 
-TEST(Reporters, MarkdownShowsTheFirstFindingsAndCountsTheRest) {
+TEST(Reporters, MarkdownLeadsWithTheCausesAndCountsTheCorroboration) {
   gc::RunRecord run = sample_run(false);
   auto& r = run.scenarios[1];
   for (int i = 0; i < 9; ++i) r.findings.push_back(r.findings.front());
+  r.causes = gc::session::triage(r, "graphcheck run scenarios/tiny.yaml");
   const std::string md = gc::markdown_report(run);
-  EXPECT_NE(md.find("… and 5 more findings (address;"), std::string::npos) << md;
+  EXPECT_NE(md.find("**1 cause (11 findings)**"), std::string::npos) << md;
+  EXPECT_NE(md.find("and 10 corroborating findings: address ×9, replay_diff ×1"), std::string::npos) << md;
+  EXPECT_NE(md.find("rerun: `graphcheck run scenarios/tiny.yaml`"), std::string::npos) << md;
+  // A record without triage (from an older report): the first findings, and a count of the rest.
+  r.causes.clear();
+  const std::string flat = gc::markdown_report(run);
+  EXPECT_NE(flat.find("… and 6 more findings (address, replay_diff;"), std::string::npos) << flat;
 }
 
 using ReportFiles = gc::testing::TempDirTest;
@@ -370,7 +391,7 @@ TEST(Compare, NewAndFixedFailures) {
   EXPECT_TRUE(c.regressed());
   ASSERT_EQ(c.new_failures.size(), 1u);
   EXPECT_EQ(c.new_failures[0].scenario, "tiny-refit");
-  EXPECT_EQ(c.new_failures[0].new_probes, std::vector<std::string>{"address"});
+  EXPECT_EQ(c.new_failures[0].new_probes, (std::vector<std::string>{"address", "replay_diff"}));
   ASSERT_EQ(c.fixed.size(), 1u);
   EXPECT_EQ(c.fixed[0].scenario, "tiny-other");
   const std::string md = gc::comparison_markdown(c);

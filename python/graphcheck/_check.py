@@ -47,6 +47,12 @@ class Record:
         return self.data.get("findings", [])
 
     @property
+    def causes(self) -> list[dict[str, Any]]:
+        """The findings grouped by root cause, the most important first: ``summary``, ``primary``
+        and ``findings`` (indices into :attr:`findings`), ``probes``, ``first_cycle``, ``repro``."""
+        return self.data.get("causes", [])
+
+    @property
     def verdicts(self) -> list[dict[str, Any]]:
         return self.data.get("verdicts", [])
 
@@ -56,6 +62,14 @@ class Record:
     def explain(self) -> str:
         lines = [f"graphcheck: scenario '{self.data.get('name')}' {self.status}"
                  + (f": {self.data['reason']}" if self.data.get("reason") else "")]
+        causes = self.causes
+        if causes:
+            lines.append(f"  {len(causes)} cause{'' if len(causes) == 1 else 's'} "
+                         f"({len(self.findings)} finding{'' if len(self.findings) == 1 else 's'}):")
+            for k, c in enumerate(causes, 1):
+                lines.append(f"  CAUSE {k}: {c.get('summary')}")
+                lines.append(f"      first seen in cycle {c.get('first_cycle')}; rerun: {c.get('repro')}")
+            lines.append("  every finding:")
         for f in self.findings:
             where = f"{f.get('pass', '')}/{f.get('phase', '')}"
             if f.get("cycle", -1) is not None and f.get("cycle", -1) >= 0:

@@ -459,6 +459,7 @@ void PassRun::check_loaded(const std::set<std::string>& streamed, const std::set
         "load_weights() consumed '{}' from {} but did not report it loaded: return every "
         "loaded name (live or checkpoint), or the weight is silently dropped",
         name, source);
+    f.evidence = {{"tensor", live != live_of.end() ? live->second : name}, {"checkpoint_name", name}};
     add_finding(std::move(f));
   }
 }

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "graphcheck/engine/reporter.h"
+#include "report_views.h"
 
 namespace graphcheck {
 
@@ -65,12 +66,33 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
     fmt::print(m_out, "     its output ends:\n");
     for (std::size_t i = from; i < lines.size(); ++i) fmt::print(m_out, "       | {}\n", lines[i]);
   }
-  for (const auto& f : r.findings) {
-    fmt::print(m_out, "     FAIL [{}] {} ({}phase {}, cycle {}{})\n", f.probe, f.subject,
+  const auto print_finding = [&](const Finding& f, const char* indent) {
+    fmt::print(m_out, "{}FAIL [{}] {} ({}phase {}, cycle {}{})\n", indent, f.probe, f.subject,
                f.pass.empty() ? "" : fmt::format("{} pass, ", f.pass), f.phase, f.cycle,
                f.batch_size ? fmt::format(", batch {}", f.batch_size) : "");
-    fmt::print(m_out, "          {}\n", f.message);
-    for (const auto& [key, value] : f.evidence) fmt::print(m_out, "          {}: {}\n", key, value);
+    fmt::print(m_out, "{}     {}\n", indent, f.message);
+    for (const auto& [key, value] : f.evidence) fmt::print(m_out, "{}     {}: {}\n", indent, key, value);
+  };
+  // Causes first (Note [Triage]): each with its primary finding; the corroborating findings are
+  // counted, and listed with -v (the JSON and HTML reports hold them all).
+  if (!r.causes.empty()) {
+    fmt::print(m_out, "     {}:\n", report::causes_heading(r));
+    for (std::size_t k = 0; k < r.causes.size(); ++k) {
+      const Cause& c = r.causes[k];
+      fmt::print(m_out, "     CAUSE {}: {}\n", k + 1, c.summary);
+      fmt::print(m_out, "          first seen in cycle {}; rerun: {}\n", c.first_cycle, c.repro);
+      if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
+        print_finding(r.findings[c.findings.front()], "          ");
+      }
+      if (const std::string more = report::corroboration(r, c); !more.empty()) {
+        fmt::print(m_out, "          and {} corroborating finding{}: {}{}\n", c.findings.size() - 1,
+                   c.findings.size() == 2 ? "" : "s", more, m_verbose ? "" : " (-v lists them)");
+      }
+    }
+  }
+  if (r.causes.empty() || m_verbose) {
+    if (!r.causes.empty()) fmt::print(m_out, "     every finding:\n");
+    for (const auto& f : r.findings) print_finding(f, "     ");
   }
   for (const auto& v : r.verdicts) fmt::print(m_out, "  {}\n", verdict_line(r, v));
   m_out.flush();

@@ -52,6 +52,10 @@ details.scenario > summary { cursor: pointer; padding: 8px 12px; }
 details.scenario > .body { padding: 0 12px 12px; border-top: 1px solid var(--line); }
 .reason { border-left: 3px solid var(--warn); padding: 4px 8px; background: #fff8c5; }
 pre.mono { white-space: pre-wrap; background: #f6f8fa; border: 1px solid var(--line); padding: 6px; max-height: 320px; overflow: auto; }
+.cause { border: 1px solid var(--bad); border-radius: 6px; padding: 6px 10px; margin: 8px 0; background: #fff; }
+.cause > .summary { font-weight: 600; }
+.cause > .where, details.all-findings > summary { color: var(--muted); font-size: 12px; }
+details.all-findings > summary { cursor: pointer; margin-top: 8px; }
 .finding { border-left: 3px solid var(--bad); padding: 4px 10px; margin: 8px 0; background: #fff5f5; }
 .finding .where { color: var(--muted); font-size: 12px; }
 .finding details.evidence { margin-top: 2px; }
@@ -301,6 +305,24 @@ std::string scenario_html(const ScenarioRecord& r, std::size_t index, bool open)
                      "</details>",
                      esc(r.crash->stderr_tail));
   }
+  // Causes first (Note [Triage]), each with its primary finding.
+  if (!r.causes.empty()) {
+    h += fmt::format("<h3>{}</h3>", esc(report::causes_heading(r)));
+    for (std::size_t k = 0; k < r.causes.size(); ++k) {
+      const Cause& c = r.causes[k];
+      h += fmt::format("<div class=\"cause\"><div class=\"summary\"><b>{}.</b> {}</div>", k + 1, esc(c.summary));
+      h += fmt::format("<div class=\"where\">first seen in cycle {} · rerun: <code>{}</code></div>", c.first_cycle,
+                       esc(c.repro));
+      if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
+        h += finding_html(r.findings[c.findings.front()], true);
+      }
+      if (const std::string more = report::corroboration(r, c); !more.empty()) {
+        h += fmt::format("<div class=\"where\">and {} corroborating finding{}: {}</div>", c.findings.size() - 1,
+                         c.findings.size() == 2 ? "" : "s", esc(more));
+      }
+      h += "</div>";
+    }
+  }
   if (!r.verdicts.empty()) {
     h += "<ul class=\"verdicts\">";
     for (const auto& v : r.verdicts) {
@@ -318,9 +340,14 @@ std::string scenario_html(const ScenarioRecord& r, std::size_t index, bool open)
     h += fmt::format("<div class=\"chart\"><h4>Model time per phase</h4>{}</div>", phase_chart(r));
     h += "</div>";
   }
-  if (!r.findings.empty()) h += fmt::format("<h3>Findings ({})</h3>", r.findings.size());
-  // The first few with their evidence open; the rest one click away.
-  for (std::size_t i = 0; i < r.findings.size(); ++i) h += finding_html(r.findings[i], i < 3);
+  // Every finding: behind a toggle when the causes above lead; else the first few open.
+  if (!r.findings.empty()) {
+    const bool triaged = !r.causes.empty();
+    h += triaged ? fmt::format("<details class=\"all-findings\"><summary>All findings ({})</summary>", r.findings.size())
+                 : fmt::format("<h3>Findings ({})</h3>", r.findings.size());
+    for (std::size_t i = 0; i < r.findings.size(); ++i) h += finding_html(r.findings[i], !triaged && i < 3);
+    if (triaged) h += "</details>";
+  }
   h += "</div></details>\n";
   return h;
 }

@@ -43,6 +43,17 @@ ordered_json scenario_json(const ScenarioRecord& r) {
                         {"evidence", evidence}});
   }
   s["findings"] = std::move(findings);
+  ordered_json causes = ordered_json::array();
+  for (const auto& c : r.causes) {
+    causes.push_back({{"summary", c.summary},
+                      {"subject", c.subject},
+                      {"primary", c.findings.empty() ? 0 : c.findings.front()},
+                      {"findings", c.findings},
+                      {"probes", c.probes},
+                      {"first_cycle", c.first_cycle},
+                      {"repro", c.repro}});
+  }
+  s["causes"] = std::move(causes);
   ordered_json measurements = ordered_json::array();
   for (const auto& m : r.measurements) {
     measurements.push_back({{"tag", m.tag},
@@ -147,6 +158,18 @@ ScenarioRecord scenario_record_from_json(const std::string& text) {
       x.message = get<std::string>(f, "message");
       for (const auto& [k, v] : f.at("evidence").items()) x.evidence.emplace_back(k, v.get<std::string>());
       r.findings.push_back(std::move(x));
+    }
+    if (auto causes = s.find("causes"); causes != s.end() && causes->is_array()) {
+      for (const auto& c : *causes) {
+        Cause x;
+        x.summary = get<std::string>(c, "summary");
+        x.subject = get<std::string>(c, "subject");
+        x.findings = get<std::vector<std::size_t>>(c, "findings");
+        x.probes = get<std::vector<std::string>>(c, "probes");
+        x.first_cycle = get<int>(c, "first_cycle");
+        x.repro = get<std::string>(c, "repro");
+        r.causes.push_back(std::move(x));
+      }
     }
     for (const auto& m : s.at("measurements")) {
       Measurement x;

@@ -90,16 +90,34 @@ std::string junit_report(const RunRecord& run) {
       if (r->status == Status::passed) {
         // nothing more
       } else if (r->status == Status::failed) {
+        // The causes lead (Note [Triage]): the failure's message is the first cause, its body
+        // every cause and then every finding.
         std::string body;
+        for (std::size_t k = 0; k < r->causes.size(); ++k) {
+          const Cause& c = r->causes[k];
+          body += fmt::format("cause {}: {}\n  first seen in cycle {}; rerun: {}\n", k + 1, c.summary, c.first_cycle,
+                              c.repro);
+        }
+        if (!r->causes.empty()) body += "\nfindings:\n";
         for (const auto& f : r->findings) {
           body += fmt::format("[{}] {} ({} pass, phase {}, cycle {}): {}\n", f.probe, f.subject,
                               f.pass, f.phase, f.cycle, f.message);
           for (const auto& [k, v] : f.evidence) body += fmt::format("  {}: {}\n", k, v);
         }
-        const std::string first = r->findings.empty() ? "failed" : r->findings.front().message;
+        const Finding* lead = nullptr;
+        if (!r->causes.empty() && !r->causes.front().findings.empty() &&
+            r->causes.front().findings.front() < r->findings.size()) {
+          lead = &r->findings[r->causes.front().findings.front()];
+        } else if (!r->findings.empty()) {
+          lead = &r->findings.front();
+        }
+        const std::string first = !r->causes.empty() ? fmt::format("{} cause{}: {}", r->causes.size(),
+                                                                   r->causes.size() == 1 ? "" : "s",
+                                                                   r->causes.front().summary)
+                                  : lead                ? lead->message
+                                                        : std::string("failed");
         xml += fmt::format("      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
-                           xml_escape(first),
-                           r->findings.empty() ? "check" : xml_escape(r->findings.front().probe),
+                           xml_escape(first), lead ? xml_escape(lead->probe) : std::string("check"),
                            xml_escape(body));
       } else if (r->status == Status::skipped) {
         xml += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r->reason));

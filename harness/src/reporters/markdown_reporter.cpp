@@ -32,6 +32,26 @@ std::string text(const std::string& s) {
   return out;
 }
 
+// Running text whose `spans` are code (a cause's summary): each part as what it is.
+std::string text_with_code(const std::string& s) {
+  std::string out;
+  std::size_t at = 0;
+  bool in_code = false;
+  while (at <= s.size()) {
+    const std::size_t tick = s.find('`', at);
+    const std::string part = s.substr(at, tick == std::string::npos ? std::string::npos : tick - at);
+    if (in_code) {
+      out += code(part);
+    } else {
+      out += text(part);
+    }
+    if (tick == std::string::npos) break;
+    in_code = !in_code;
+    at = tick + 1;
+  }
+  return out;
+}
+
 void kill_matrix(std::string& md, const KillMatrix& m) {
   const auto bad = std::count_if(m.rows.begin(), m.rows.end(), [](const auto& r) { return !r.ok(); });
   md += fmt::format("\n### Kill matrix: {} rows, {} not ok\n\n", m.rows.size(), bad);
@@ -57,7 +77,7 @@ void kill_matrix(std::string& md, const KillMatrix& m) {
   }
 }
 
-// A scenario's failure section: its findings (the first few) with their evidence.
+// A scenario's failure section: its causes, each with its primary finding and evidence.
 void failure_section(std::string& md, const ScenarioRecord& r) {
   md += fmt::format("\n#### {} {}\n\n", report::status_badge(r.status), text(report::display_name(r)));
   md += fmt::format("{} · fixture {} · backend {}\n\n", code(r.file), code(r.fixture),
@@ -69,23 +89,44 @@ void failure_section(std::string& md, const ScenarioRecord& r) {
     for (std::size_t at = 0; (at = tail.find("```", at)) != std::string::npos;) tail.replace(at, 3, "'''");
     md += tail + "\n```\n\n</details>\n\n";
   }
-  // The first findings of each scenario, and a count of the rest (every report file has them all).
+  const auto finding = [&](const Finding& f, const char* bullet, const char* indent) {
+    md += fmt::format("{}**[{}]** {} ({})  \n{}{}\n", bullet, text(f.probe), code(f.subject), report::where(f), indent,
+                      text(f.message));
+    if (!f.evidence.empty()) {
+      md += fmt::format("{}<details><summary>evidence</summary>\n\n", indent);
+      md += fmt::format("{}| key | value |\n{}|---|---|\n", indent, indent);
+      for (const auto& [k, v] : f.evidence) md += fmt::format("{}| {} | {} |\n", indent, cell(k), code(v));
+      md += fmt::format("\n{}</details>\n", indent);
+    }
+  };
+  // Causes first (Note [Triage]), each with its primary finding; the corroborating ones are
+  // counted (the JSON and HTML reports list them all).
+  if (!r.causes.empty()) {
+    md += fmt::format("**{}**:\n\n", report::causes_heading(r));
+    for (std::size_t k = 0; k < r.causes.size(); ++k) {
+      const Cause& c = r.causes[k];
+      md += fmt::format("{}. {}  \n   first seen in cycle {} · rerun: {}\n\n", k + 1, text_with_code(c.summary), c.first_cycle,
+                        code(c.repro));
+      if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
+        finding(r.findings[c.findings.front()], "   ", "   ");
+      }
+      if (const std::string more = report::corroboration(r, c); !more.empty()) {
+        md += fmt::format("\n   and {} corroborating finding{}: {}\n", c.findings.size() - 1,
+                          c.findings.size() == 2 ? "" : "s", text(more));
+      }
+      md += "\n";
+    }
+    return;
+  }
+  // No triage (a record from an older report): the first findings, and a count of the rest.
   constexpr std::size_t kShown = 5;
   for (std::size_t i = 0; i < r.findings.size(); ++i) {
-    const Finding& f = r.findings[i];
     if (i == kShown) {
       md += fmt::format("- … and {} more findings ({}; the JSON and HTML reports list them all)\n",
                         r.findings.size() - kShown, fmt::join(r.failed_probes(), ", "));
       break;
     }
-    md += fmt::format("- **[{}]** {} ({})  \n  {}\n", text(f.probe), code(f.subject), report::where(f),
-                      text(f.message));
-    if (!f.evidence.empty()) {
-      md += "  <details><summary>evidence</summary>\n\n";
-      md += "  | key | value |\n  |---|---|\n";
-      for (const auto& [k, v] : f.evidence) md += fmt::format("  | {} | {} |\n", cell(k), code(v));
-      md += "\n  </details>\n";
-    }
+    finding(r.findings[i], "- ", "  ");
   }
 }
 

@@ -1,6 +1,7 @@
 #include "report_views.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -206,6 +207,28 @@ std::string status_badge(Status status) {
     case Status::skipped: return "⏭️ skipped";
   }
   return to_string(status);
+}
+
+std::string corroboration(const ScenarioRecord& record, const Cause& cause) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (std::size_t k = 1; k < cause.findings.size(); ++k) {
+    if (cause.findings[k] >= record.findings.size()) continue;
+    const std::string& probe = record.findings[cause.findings[k]].probe;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == probe; });
+    if (it == counts.end()) {
+      counts.emplace_back(probe, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [probe, n] : counts) parts.push_back(fmt::format("{} ×{}", probe, n));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string causes_heading(const ScenarioRecord& record) {
+  return fmt::format("{} cause{} ({} finding{})", record.causes.size(), record.causes.size() == 1 ? "" : "s",
+                     record.findings.size(), record.findings.size() == 1 ? "" : "s");
 }
 
 }  // namespace graphcheck::report

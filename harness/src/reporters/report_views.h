@@ -57,6 +57,12 @@ struct SpanRow {
 // replaced by U+FFFD, so that XML and HTML reports stay well formed.
 [[nodiscard]] std::string utf8_clean(const std::string& text);
 
+// The findings a cause groups besides its primary, counted per probe: "address ×5, coverage ×12"
+// ("" when there are none).
+[[nodiscard]] std::string corroboration(const ScenarioRecord& record, const Cause& cause);
+// "1 cause" / "3 causes" (of N findings).
+[[nodiscard]] std::string causes_heading(const ScenarioRecord& record);
+
 // "1.23 s", "45.6 ms", "789 µs".
 [[nodiscard]] std::string format_seconds(double seconds);
 // "512 B", "1.5 KiB", "2.00 GiB".

@@ -279,6 +279,7 @@ std::vector<std::size_t> execute(const Plan& plan, const ExecOptions& options, P
     runs.push_back(std::move(record));
     if (runs.size() < repeat) return;
     ScenarioRecord merged = merge_repeats(std::move(runs));
+    merged.causes = triage(merged, repro_command(merged, options));
     partial.erase(item);
     merged.start = started_at[item];
     if (console) console->on_scenario_done(merged);

@@ -36,6 +36,20 @@ struct Finding {
   std::vector<std::pair<std::string, std::string>> evidence;  // ordered key/value pairs
 };
 
+// Findings are symptoms; a cause is what an engineer fixes (DESIGN §2.10, session::triage): the
+// findings that point at the same tensors, hook or load across cycles, batch sizes and passes,
+// with the most specific one as the primary and the others as corroboration.
+struct Cause {
+  // One line: "`layers.{0,1}.hc_attn_fn_broadcast` is replaced instead of updated in place
+  // (cycles 1, 2, 3) — address, replay_diff, coverage, poison, memory agree".
+  std::string summary;
+  std::string subject;                // "layers.{0,1}.hc_attn_fn_broadcast", "hook 'x'"; may be empty
+  std::vector<std::size_t> findings;  // indices into ScenarioRecord::findings, the primary first
+  std::vector<std::string> probes;    // the probes among them, the primary's first
+  int first_cycle = 0;                // the earliest cycle any of them names
+  std::string repro;                  // "graphcheck run scenarios/x.yaml --mutation m"
+};
+
 // A tagged number (`gc/replay_diff/max_abs`, `gc/timing/capture`), NVBench style.
 struct Measurement {
   std::string tag;
@@ -105,6 +119,7 @@ struct ScenarioRecord {
   std::string reason;  // error / crashed / skipped: why
   std::vector<std::string> warnings;  // what the scenario cannot see (Scenario::warnings)
   std::vector<Finding> findings;
+  std::vector<Cause> causes;  // the findings grouped by root cause, the most important first
   std::vector<Measurement> measurements;
   std::vector<MutationVerdict> verdicts;  // one per enabled mutation
   std::vector<Span> spans;               // every pass and phase window, in start order

@@ -136,6 +136,18 @@ int run_child(const std::string& scenario_file, const RunOptions& options, int t
 // The verdict on one mutated run (declared in driver.h, where the driver asks for it).
 using graphcheck::judge_mutation;
 
+// Triage (DESIGN §2.10): the record's findings grouped into causes, each with a primary finding
+// (the most specific probe's, earliest) and the rest as corroboration. Findings group when they
+// name the same tensor (evidence "tensor" / "tensors"), hook, undeclared range or cause tag
+// ("nondeterministic", "host value baked", "frozen at capture"); a finding that names only the
+// tensors that differ from model B joins the cause of one of them; one that names nothing (a
+// stale replay, a NaN output, memory growth) joins the leading cause of its cycle. A forward that
+// is nondeterministic leads. `repro` is the command each cause gives.
+[[nodiscard]] std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro);
+// "graphcheck run FILE --mutation m --seed 7 --backend emulated": the command that reruns one
+// record as this run ran it (`python -m graphcheck` for a Python model's).
+[[nodiscard]] std::string repro_command(const ScenarioRecord& record, const ExecOptions& options);
+
 // The kill matrix's row for one record: `mutation` "" for the clean run, else the record's
 // verdict on it (judge_mutation, already net of the clean run's failures).
 [[nodiscard]] KillMatrixRow kill_matrix_row(const KillMatrix& matrix, const ScenarioRecord& record,

@@ -1,0 +1,130 @@
+// The triage (session::triage, Note [Triage]): findings grouped into causes, each with its
+// primary finding, on records shaped like the probes' own.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "graphcheck/engine/session.h"
+
+namespace gc = graphcheck;
+
+namespace {
+
+gc::Finding finding(std::string probe, std::string pass, int cycle, std::string subject,
+                    std::vector<std::pair<std::string, std::string>> evidence, std::int64_t batch = 0) {
+  gc::Finding f;
+  f.probe = std::move(probe);
+  f.pass = std::move(pass);
+  f.phase = "refit";
+  f.cycle = cycle;
+  f.batch_size = batch;
+  f.subject = std::move(subject);
+  f.message = f.subject + ": what went wrong";
+  f.evidence = std::move(evidence);
+  return f;
+}
+
+// A PWAL that rebinds a derived buffer of every layer on every refit (dsv4's mhc.rebind_broadcast):
+// address and coverage per layer, stale replays and NaN outputs per batch size, memory growth, and
+// the idempotence pass's second PWAL moving it.
+gc::ScenarioRecord rebind_record() {
+  gc::ScenarioRecord r;
+  r.file = "scenarios/dsv4_mhc_refit.yaml";
+  r.mutations = {"mhc.rebind_broadcast"};
+  r.findings.push_back(finding("memory", "observe", 1, "live bytes across refit cycles", {{"growth_bytes", "512"}}));
+  for (int cycle = 1; cycle <= 3; ++cycle) {
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::string t = "layers." + std::to_string(layer) + ".hc_attn_fn_broadcast";
+      r.findings.push_back(finding("address", "observe", cycle, t, {{"tensor", t}, {"old_address", "0x1"}}));
+      r.findings.push_back(finding("coverage", "coverage", cycle, t, {{"tensor", t}}, 1));
+      r.findings.push_back(finding("hooks", "idempotence", cycle, t, {{"tensor", t}, {"new_address", "0x2"}}));
+    }
+    for (int batch : {1, 4}) {
+      r.findings.push_back(finding("replay_diff", "observe", cycle, "replay vs eager(A)", {{"max_abs", "1"}}, batch));
+      r.findings.push_back(finding("poison", "poison", cycle, "replay output", {{"nan_elements", "4"}}, batch));
+    }
+  }
+  return r;
+}
+
+TEST(Triage, OneRebindIsOneCauseLedByTheAddressFindingWithEveryProbeAgreeing) {
+  const gc::ScenarioRecord r = rebind_record();
+  const auto causes = gc::session::triage(r, "graphcheck run scenarios/dsv4_mhc_refit.yaml --mutation mhc.rebind_broadcast");
+  ASSERT_EQ(causes.size(), 1u);
+  const gc::Cause& c = causes.front();
+  EXPECT_EQ(c.findings.size(), r.findings.size());  // nothing is lost
+  EXPECT_EQ(r.findings[c.findings.front()].probe, "address");
+  EXPECT_EQ(c.subject, "layers.{0,1}.hc_attn_fn_broadcast");
+  EXPECT_EQ(c.summary,
+            "`layers.{0,1}.hc_attn_fn_broadcast` is replaced by PWAL instead of updated in place (cycles 1, 2, 3) — "
+            "address, hooks, coverage, replay_diff, poison, memory agree");
+  EXPECT_EQ(c.first_cycle, 1);
+  EXPECT_EQ(c.repro, "graphcheck run scenarios/dsv4_mhc_refit.yaml --mutation mhc.rebind_broadcast");
+}
+
+TEST(Triage, TwoBugsAreTwoCausesAndSymptomsJoinTheCauseOfTheirCycle) {
+  gc::ScenarioRecord r;
+  // A census survivor on the initial load, a rebind after refit 2, and a stale replay after it.
+  r.findings.push_back(finding("census", "census", 0, "layers.0.qkv",
+                               {{"tensor", "layers.0.qkv"}, {"checkpoint_name", "layers.0.v_proj"}, {"load", "the initial checkpoint load"}}));
+  r.findings.push_back(finding("address", "observe", 2, "layers.1.scale", {{"tensor", "layers.1.scale"}}));
+  r.findings.push_back(finding("replay_diff", "observe", 2, "replay vs eager(A)", {{"max_abs", "1"}}, 1));
+  // eager(A) != eager(B) naming the census's tensor among those that differ from B.
+  r.findings.push_back(finding("replay_diff", "observe", 0, "eager(A) vs eager(B)",
+                               {{"tensors_differing_from_b", "layers.0.qkv (parameter: 4 of 16 elements); layers.9.other (buffer)"}}, 1));
+  const auto causes = gc::session::triage(r, "x");
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[0].subject, "layers.0.v_proj");  // the checkpoint's name, census first
+  EXPECT_EQ(causes[0].findings, (std::vector<std::size_t>{0, 3}));
+  EXPECT_NE(causes[0].summary.find("is never written by the load (first: the initial checkpoint load)"), std::string::npos)
+      << causes[0].summary;
+  EXPECT_EQ(causes[1].subject, "layers.1.scale");
+  EXPECT_EQ(causes[1].findings, (std::vector<std::size_t>{1, 2}));
+}
+
+TEST(Triage, ANondeterministicForwardLeadsAndTakesTheDifferentialsFindings) {
+  gc::ScenarioRecord r;
+  r.findings.push_back(finding("replay_diff", "validate", 0, "eager(A) twice", {{"cause", "nondeterministic"}}, 1));
+  r.findings.push_back(finding("replay_diff", "observe", 1, "replay vs eager(A)", {{"under", "forward is nondeterministic"}}, 1));
+  r.findings.push_back(finding("replay_diff", "observe", 1, "eager(A) vs eager(B)",
+                               {{"tensors_differing_from_b", "w"}, {"under", "forward is nondeterministic"}}, 1));
+  r.findings.push_back(finding("address", "observe", 1, "w2", {{"tensor", "w2"}, {"under", "forward is nondeterministic"}}));
+  const auto causes = gc::session::triage(r, "x");
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[0].findings, (std::vector<std::size_t>{0, 2, 1}));  // the primary, then by specificity
+  EXPECT_EQ(causes[0].summary, "the forward is nondeterministic: two eager runs on one input differ (the initial load) — replay_diff");
+  EXPECT_EQ(causes[1].subject, "w2");  // another probe's evidence stands on its own
+}
+
+TEST(Triage, ModelCodeThatThrowsReadsAsSuchAndHooksMissedInOneLoadAreOneCause) {
+  gc::ScenarioRecord r;
+  gc::Finding threw = finding("driver", "observe", 0, "model code", {});
+  threw.phase = "warmup";
+  threw.message = "forward() threw: hc_attn_fn_broadcast is missing\nTraceback ...";
+  r.findings.push_back(threw);
+  for (const char* hook : {"finalize_a", "finalize_b"}) {
+    r.findings.push_back(finding("hooks", "observe", 0, std::string(hook) + " on layers.0",
+                                 {{"hook", hook}, {"module", "layers.0"}, {"load", "dummy load"}, {"calls_in_this_load", "0"}}));
+  }
+  const auto causes = gc::session::triage(r, "x");
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[0].summary,
+            "model code failed in phase warmup: forward() threw: hc_attn_fn_broadcast is missing (the initial load) — driver");
+  EXPECT_EQ(causes[1].subject, "hooks 'finalize_a', 'finalize_b'");
+  EXPECT_NE(causes[1].summary.find("do not run on the dummy load"), std::string::npos) << causes[1].summary;
+}
+
+TEST(Triage, APluginProbesFindingGroupsByItsTensorAndAnEmptyRecordHasNoCause) {
+  gc::ScenarioRecord r;
+  EXPECT_TRUE(gc::session::triage(r, "x").empty());
+  r.findings.push_back(finding("my_probe", "observe", 1, "layers.3.w", {{"tensor", "layers.3.w"}}));
+  r.findings.push_back(finding("address", "observe", 1, "layers.4.w", {{"tensor", "layers.4.w"}}));
+  const auto causes = gc::session::triage(r, "x");
+  ASSERT_EQ(causes.size(), 1u);
+  EXPECT_EQ(causes[0].subject, "layers.4.w");  // what the primary's probe names
+  EXPECT_EQ(causes[0].probes, (std::vector<std::string>{"address", "my_probe"}));
+}
+
+}  // namespace
