@@ -3,7 +3,9 @@
 //  - BM_Lifecycle/<model>: one run without probes (the lifecycle alone), one with every probe,
 //    and the model's own eager work (construct, load, PWAL, a forward per batch size, for the
 //    initial load and each refit; the same checkpoints, streamed from memory). Counters:
-//    observe_over_lifecycle, <pass>_over_lifecycle for each disturbing pass, harness_over_eager.
+//    observe_over_lifecycle, <pass>_over_lifecycle for each disturbing pass (stream_order
+//    included), recapture_over_lifecycle (the validate pass's fresh recordings of the forward, a
+//    part of it), harness_over_eager.
 //  - BM_PeakRss/<model>: one run with every probe; the growth of the process's peak RSS over the
 //    model's own bytes (rss_over_model). ru_maxrss only grows, so bench/run.sh runs each in a
 //    process of its own (--benchmark_filter).
@@ -167,10 +169,17 @@ void BM_Lifecycle(benchmark::State& state, const Model& m) {
     state.counters["harness_s"] = harness;
     state.counters["harness_over_eager"] = harness / eager;
     state.counters["lifecycle_over_eager"] = lifecycle / eager;
-    for (const char* pass : {"observe", "validate", "idempotence", "census", "poison", "coverage", "growth"}) {
+    for (const char* pass : {"observe", "validate", "idempotence", "census", "poison", "coverage", "growth",
+                             "stream_order"}) {
       const double s = pass_seconds(full, pass);
       if (s >= 0) state.counters[std::string(pass) + "_over_lifecycle"] = s / lifecycle;
     }
+    // The validate pass's fresh recordings of the forward (Note [Frozen branches]), within it.
+    double recapture = 0;
+    for (const auto& mm : full.measurements) {
+      if (mm.tag == "gc/validate/recapture/seconds") recapture += mm.value;
+    }
+    state.counters["recapture_over_lifecycle"] = recapture / lifecycle;
   }
 }
 

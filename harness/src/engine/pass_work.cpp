@@ -67,6 +67,7 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
   v.graph = capture.graph;
   const std::int64_t b = capture.batch_size;
   const auto inputs_list = passes::validation_inputs(scenario().seed, b);
+  double recapture_seconds = 0;
   for (std::size_t k = 0; k < inputs_list.size(); ++k) {
     const auto [seed, scale] = inputs_list[k];
     ValidationReplay r;
@@ -83,11 +84,16 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
     // Note [Frozen branches] (replay_diff_probe.cpp): the wide-range inputs, and any input whose
     // replay differs, are also recorded afresh and compared with the capture's op sequence.
-    if (!agrees || k >= kValidationRecaptureFrom) r.recapture = recapture(index, inputs);
+    if (!agrees || k >= kValidationRecaptureFrom) {
+      const auto t0 = Clock::now();
+      r.recapture = recapture(index, inputs);
+      recapture_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
     const bool differs = r.recapture.differs();
     v.replays.push_back(std::move(r));
     if (!agrees || differs) break;  // one input that shows it is enough
   }
+  measure(capture, "gc/validate/recapture/seconds", recapture_seconds, "s");
   notify(&Probe::on_validation_replays, v);
 }
 
