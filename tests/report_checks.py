@@ -18,6 +18,9 @@
   interrupt GC WORKDIR STOPPED SCENARIO...
                                   SIGTERM to a run once a scenario passed: exit 143, reports
                                   valid and marked incomplete, STOPPED named as not run
+  merge GC FULL WORKDIR [--total N]
+                                  after `shards`: `graphcheck merge` of the shards' reports has the
+                                  verdicts of FULL, compare reads it, a missing shard is named
   same A B [--replace-a T=X] [--replace-b T=X]
                                   two JSON reports equal apart from times, addresses and paths
 
@@ -263,6 +266,50 @@ def cmd_shards(args):
     print(f"every one of {len(full)} scenarios ran in exactly one of {args.total} shards")
 
 
+def verdicts_of(doc):
+    """Per scenario (name, mutations): its status, the probes that failed, and its mutation verdicts."""
+    out = {}
+    for s in doc["scenarios"]:
+        key = (s["name"], tuple(s.get("mutations", [])))
+        out[key] = (s["status"], sorted({f["probe"] for f in s["findings"]}),
+                    sorted((v["mutation"], v["ok"], sorted(v["caught"])) for v in s.get("verdicts", [])))
+    return out
+
+
+def cmd_merge(args):
+    """`graphcheck merge` of the shards' reports (the shards check's WORKDIR/shard-i) gives the same
+    verdicts as the unsharded FULL run, a report `compare` reads, and names a missing shard."""
+    shards = [os.path.join(args.workdir, f"shard-{i}", "graphcheck.json") for i in range(args.total)]
+    out = os.path.join(args.workdir, "merged")
+    run = subprocess.run([args.gc, "merge", *shards, "--report-dir", out], capture_output=True, text=True, timeout=120)
+    full = json.load(open(args.full))
+    if run.returncode != full["exit_code"]:
+        fail(f"merge exited {run.returncode}, the unsharded run {full['exit_code']}\n{run.stdout}{run.stderr}")
+    merged = json.load(open(os.path.join(out, "graphcheck.json")))
+    if not merged["complete"]:
+        fail(f"the merged report says it is incomplete: {merged['incomplete_reason']}")
+    for name in ("junit.xml", "graphcheck.md", "graphcheck.html", "graphcheck-trace.json"):
+        if not os.path.exists(os.path.join(out, name)):
+            fail(f"merge wrote no {name}")
+    a, b = verdicts_of(full), verdicts_of(merged)
+    if a != b:
+        diff = sorted(set(a.items()) ^ set(b.items()))
+        fail(f"the merged verdicts differ from the unsharded run's: {diff[:6]}")
+    cmp = subprocess.run([args.gc, "compare", args.full, os.path.join(out, "graphcheck.json"),
+                          "--max-regression", "1e6", "--min-seconds", "1e6", "--min-bytes", "1e15"],
+                         capture_output=True, text=True, timeout=120)
+    if cmp.returncode != 0:
+        fail(f"compare of the unsharded and the merged report: exit {cmp.returncode}\n{cmp.stdout}{cmp.stderr}")
+    # A missing shard is named, and the merge is a harness failure.
+    partial = subprocess.run([args.gc, "merge", *shards[:-1], "--report-dir", os.path.join(args.workdir, "partial")],
+                             capture_output=True, text=True, timeout=120)
+    want = f"shard {args.total - 1} of {args.total} missing"
+    if partial.returncode != 3 or want not in partial.stderr:
+        fail(f"merge without the last shard: exit {partial.returncode}, expected 3 and '{want}'\n{partial.stderr}")
+    print(f"{len(b)} scenarios merged from {args.total} shards: the same verdicts as the unsharded run; "
+          "compare reads it; a missing shard is named")
+
+
 def strip_volatile(doc, replacements):
     """A report without what legitimately differs between two runs: times, dates, addresses,
     paths, the run's settings."""
@@ -372,6 +419,8 @@ def main():
     s.set_defaults(fn=cmd_crashes)
     s = sub.add_parser("shards"); s.add_argument("gc"); s.add_argument("scenarios"); s.add_argument("full")
     s.add_argument("workdir"); s.add_argument("--total", type=int, default=3); s.set_defaults(fn=cmd_shards)
+    s = sub.add_parser("merge"); s.add_argument("gc"); s.add_argument("full"); s.add_argument("workdir")
+    s.add_argument("--total", type=int, default=3); s.set_defaults(fn=cmd_merge)
     s = sub.add_parser("same"); s.add_argument("a"); s.add_argument("b")
     s.add_argument("--replace-a", nargs="*"); s.add_argument("--replace-b", nargs="*")
     s.set_defaults(fn=cmd_same)

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "graphcheck/config.h"
+#include "graphcheck/model.h"
 #include "glob.h"
 #include "graphcheck/engine/driver.h"
 #include "graphcheck_test_config.h"
@@ -465,6 +466,80 @@ TEST_F(ScenarioFileTest, CycleKindErrorsNameThePlaceAndTheFix) {
               AllOf(HasSubstr(":3:52: "), HasSubstr("batch size 4 is both captured and eager-only")));
   EXPECT_THAT(error_for("scenario: bad\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1], eager_batch_sizes: []}\n"),
               HasSubstr("'capture.eager_batch_sizes' must be a non-empty list"));
+}
+
+// Issue 27: `distributed:` (Note [Distributed scenarios]).
+TEST_F(ScenarioFileTest, DistributedBlockParsesWithDefaultsAndRoles) {
+  const std::string base = "scenario: d\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1]}\ncycles:\n  - refit: {seed: 2}\n";
+  const Scenario s = parse_scenario_file(write("d.yaml", base + "distributed: {world_size: 3}\n"), test_catalog());
+  ASSERT_TRUE(s.distributed);
+  EXPECT_EQ(s.distributed->world_size, 3);
+  EXPECT_EQ(s.distributed->trainer, 0);
+  EXPECT_EQ(s.distributed->rollout, (std::vector<int>{1, 2}));  // every rank but the trainer
+  EXPECT_FALSE(s.distributed->colocated());
+  EXPECT_EQ(s.distributed->tp_rank(2), 1);
+  EXPECT_EQ(s.distributed->tp_rank(0), -1);
+  EXPECT_EQ(s.distributed->transfer, DistributedSpec::Transfer::per_tensor);
+  const Scenario c = parse_scenario_file(
+      write("c.yaml", base + "distributed: {world_size: 2, rollout: [0, 1], transfer: packed, bucket_bytes: 4096, "
+                             "timeout: 30, backend: gloo}\n"),
+      test_catalog());
+  EXPECT_TRUE(c.distributed->colocated());
+  EXPECT_EQ(c.distributed->bucket_bytes, 4096);
+  EXPECT_EQ(c.distributed->timeout, 30);
+  EXPECT_EQ(c.distributed->backend, "gloo");
+  EXPECT_FALSE(parse_scenario_file(write("one.yaml", base), test_catalog()).distributed);
+}
+
+TEST_F(ScenarioFileTest, DistributedErrorsNameThePlaceAndTheFix) {
+  const auto with = [](const std::string& block, const std::string& cycles = "  - refit: {seed: 2}\n") {
+    return "scenario: d\nmodel: {fixture: dsv4}\ncapture: {batch_sizes: [1]}\ncycles:\n" + cycles + block;
+  };
+  EXPECT_THAT(error_for(with("distributed: {world_size: 1}\n")),
+              AllOf(HasSubstr(":6:27: "), HasSubstr("'world_size' must be between 2 and 64")));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, trainer: 2}\n")), HasSubstr("ranks are 0..1"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 3, rollout: [1]}\n")),
+              HasSubstr("rank 2 is neither the trainer nor a rollout rank"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, rollout: [1, 1]}\n")), HasSubstr("listed twice"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, transfer: bulk}\n")),
+              HasSubstr("unknown transfer 'bulk': use per_tensor"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, bucket_bytes: 4096}\n")),
+              HasSubstr("'bucket_bytes' sizes packed buckets: set transfer: packed"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, backend: mpi}\n")),
+              HasSubstr("unknown process-group backend 'mpi': use gloo (CPU) or nccl (GPU)"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2, wolrd: 3}\n")), HasSubstr("unknown key 'wolrd' in distributed"));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2}\n", "  - refit: {seed: 2}\n  - sleep: {level: 1}\n")),
+              AllOf(HasSubstr(":6:5: "), HasSubstr("a distributed scenario's cycles are plain refits")));
+  EXPECT_THAT(error_for(with("distributed: {world_size: 2}\n", "  - refit: {seed: 2, buckets: sweep}\n")),
+              HasSubstr("sleeps, reloads, bucket lists and sweeps run in one process only"));
+  EXPECT_THAT(error_for("scenario: d\nmodel: {fixture: dsv4}\nload: dummy\ncapture: {batch_sizes: [1]}\ncycles:\n"
+                        "  - refit: {seed: 2}\ndistributed: {world_size: 2}\n"),
+              HasSubstr("a distributed scenario loads a checkpoint the engine synthesizes"));
+}
+
+TEST(TensorParallel, ShardsFollowVllmsParallelLayers) {
+  const std::vector<std::int64_t> w = {64, 32};
+  const TensorParallel column{"*", TensorParallel::Kind::column, 0};
+  const TensorParallel row{"*", TensorParallel::Kind::row, 0};
+  const TensorParallel vocab{"*", TensorParallel::Kind::vocab, 0};
+  TensorShard s = tensor_shard(column, "q", w, 1, 2);
+  EXPECT_TRUE(s.sharded);
+  EXPECT_EQ(s.describe(), "rows 32..63");
+  EXPECT_EQ(tensor_shard(row, "o", w, 1, 2).describe(), "columns 16..31");
+  EXPECT_FALSE(tensor_shard(row, "bias", std::vector<std::int64_t>{64}, 1, 2).sharded);  // a row layer's bias
+  EXPECT_EQ(tensor_shard(vocab, "lm_head", std::vector<std::int64_t>{51, 8}, 1, 2).describe(), "rows 26..50");
+  EXPECT_FALSE(tensor_shard(column, "q", w, 0, 1).sharded);
+  try {
+    (void)tensor_shard(column, "q_proj", std::vector<std::int64_t>{63, 8}, 0, 2);
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("'q_proj' is 63 along dim 0"), HasSubstr("2 equal parts")));
+  }
+  const std::vector<TensorParallel> specs = {{"layers.*.attn.q_proj.weight", TensorParallel::Kind::column, 0},
+                                             {"layers.**", TensorParallel::Kind::replicated, 0}};
+  EXPECT_EQ(find_tensor_parallel(specs, "layers.3.attn.q_proj.weight"), &specs[0]);
+  EXPECT_EQ(find_tensor_parallel(specs, "layers.3.norm.weight"), &specs[1]);
+  EXPECT_EQ(find_tensor_parallel(specs, "lm_head.weight"), nullptr);
 }
 
 // ---- errors: names ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #if GRAPHCHECK_HAS_CUDA
 #include "backends/cuda_tensor_ops.h"  // CUDA tensors: hashed on the device
+#include "graphcheck/checkpoint.h"
 #endif
 
 namespace graphcheck {
@@ -63,5 +64,7 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
 }
 
 std::uint64_t fingerprint_bytes(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+
+std::uint64_t tensor_fingerprint(const torch::Tensor& tensor) { return fingerprint(tensor); }
 
 }  // namespace graphcheck

@@ -1,5 +1,6 @@
 #include "support/registry.h"
 #include "graphcheck/model.h"
+#include "glob.h"
 #include "graphcheck/plugin.h"
 
 #include <fmt/format.h>
@@ -169,6 +170,70 @@ std::vector<CheckpointShard> stacked_shards(
   return out;
 }
 
+const char* to_string(TensorParallel::Kind kind) {
+  switch (kind) {
+    case TensorParallel::Kind::replicated: return "replicated";
+    case TensorParallel::Kind::column: return "column";
+    case TensorParallel::Kind::row: return "row";
+    case TensorParallel::Kind::vocab: return "vocab";
+    case TensorParallel::Kind::split_dim: return "split_dim";
+  }
+  return "unknown";
+}
+
+std::string TensorShard::describe() const {
+  if (!sharded) return "all";
+  const std::string what = dim == 0 ? "rows" : dim == 1 ? "columns" : fmt::format("dim {}", dim);
+  return fmt::format("{} {}..{}", what, offset, offset + size - 1);
+}
+
+const TensorParallel* find_tensor_parallel(const std::vector<TensorParallel>& specs, const std::string& name) {
+  for (const auto& spec : specs) {
+    if (path_matches(spec.pattern, name)) return &spec;
+  }
+  return nullptr;
+}
+
+TensorShard tensor_shard(const TensorParallel& spec, const std::string& name, c10::IntArrayRef sizes, int rank,
+                         int ranks) {
+  TensorShard shard;
+  if (ranks <= 1 || spec.kind == TensorParallel::Kind::replicated) return shard;
+  std::int64_t dim = 0;
+  switch (spec.kind) {
+    case TensorParallel::Kind::column:
+    case TensorParallel::Kind::vocab: dim = 0; break;
+    case TensorParallel::Kind::row:
+      if (sizes.size() < 2) return shard;  // a row-parallel layer's bias is replicated
+      dim = 1;
+      break;
+    case TensorParallel::Kind::split_dim: dim = spec.dim; break;
+    case TensorParallel::Kind::replicated: return shard;
+  }
+  if (dim < 0 || dim >= static_cast<std::int64_t>(sizes.size())) {
+    throw ConfigError(fmt::format("tensor_parallel(): '{}' ({} {}) splits dim {}, which its shape [{}] does not "
+                                  "have: fix the entry",
+                                  name, to_string(spec.kind), spec.pattern, dim, fmt::join(sizes, ", ")));
+  }
+  const std::int64_t extent = sizes[static_cast<std::size_t>(dim)];
+  std::int64_t per = 0;
+  if (spec.kind == TensorParallel::Kind::vocab) {
+    per = (extent + ranks - 1) / ranks;
+  } else {
+    if (extent % ranks != 0) {
+      throw ConfigError(fmt::format("tensor_parallel(): '{}' is {} along dim {} ({} of [{}]), which does not split "
+                                    "into {} equal parts: change the config or the entry ({})",
+                                    name, extent, dim, to_string(spec.kind), fmt::join(sizes, ", "), ranks,
+                                    spec.pattern));
+    }
+    per = extent / ranks;
+  }
+  shard.sharded = true;
+  shard.dim = dim;
+  shard.offset = std::min(extent, per * rank);
+  shard.size = std::max<std::int64_t>(0, std::min(extent, per * (rank + 1)) - shard.offset);
+  return shard;
+}
+
 CheckpointShard transposed_shard(std::string checkpoint, std::string live) {
   CheckpointShard s;
   s.checkpoint = std::move(checkpoint);
@@ -195,6 +260,16 @@ std::vector<std::int64_t> inverse_permutation(const std::vector<std::int64_t>& p
 }  // namespace
 
 std::string CheckpointEntry::describe() const {
+  // A rollout rank's part of the full tensor: "tensor-parallel rank 1's columns 32..63".
+  const std::string part = tp_rank >= 0 && tp.sharded ? fmt::format("tensor-parallel rank {}'s {} of it", tp_rank, tp.describe())
+                                                      : std::string();
+  if (!part.empty()) {
+    CheckpointEntry plain = *this;
+    plain.tp_rank = -1;
+    const std::string text = plain.describe();
+    return text.back() == ')' ? fmt::format("{}; {})", text.substr(0, text.size() - 1), part)
+                              : fmt::format("{} ({})", text, part);
+  }
   if (!sharded && permute.empty() && live == checkpoint) return fmt::format("'{}'", checkpoint);
   if (!sharded) {
     return fmt::format("'{}' (stored {}in '{}')", checkpoint,

@@ -45,6 +45,7 @@ inline const char* event_name(Fn fn) {
   GRAPHCHECK_EVENT_NAME(on_poison_filled)
   GRAPHCHECK_EVENT_NAME(on_noise_measured)
   GRAPHCHECK_EVENT_NAME(on_stream_orders_compared)
+  GRAPHCHECK_EVENT_NAME(on_transfer_checked)
   GRAPHCHECK_EVENT_NAME(on_scenario_end)
 #undef GRAPHCHECK_EVENT_NAME
   return "an event";

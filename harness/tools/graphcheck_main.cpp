@@ -9,6 +9,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <iterator>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -288,6 +291,52 @@ int cmd_compare(const std::string& base, const std::string& now, const gc::Compa
   return comparison.regressed() ? 1 : kExitPassed;
 }
 
+// The reports of a sharded run's shards as the reports of the whole run: every format, written
+// from the merged record. Exit: the merged run's code (0 all passed, 1 a check failed, ...); 3
+// when a shard is missing or incomplete (said on stderr and in every report); 2 when a report
+// cannot be read.
+int cmd_merge(const std::vector<std::string>& files, const std::string& report_dir, ReportPaths& reports) {
+  std::vector<std::pair<std::string, gc::RunRecord>> shards;
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      fmt::print(stderr, "graphcheck merge: cannot read '{}': {}\n", file, std::strerror(errno));
+      return kExitUsage;
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      shards.emplace_back(file, gc::run_record_from_json(text));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "graphcheck merge: {}: {}: give the graphcheck.json (or mutants.json) of each shard\n", file,
+                 e.what());
+      return kExitUsage;
+    }
+  }
+  gc::session::MergedRun merged = gc::session::merge_shards(std::move(shards));
+  const std::string stem = merged.run.kill_matrix ? "mutants" : "graphcheck";
+  gc::ReporterMux mux;
+  if (!reports.add_reporters(mux, report_dir, stem)) return kExitUsage;
+  try {
+    mux.on_run_done(merged.run);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "graphcheck merge: {}\n", e.what());
+    return kExitHarness;
+  }
+  const gc::RunRecord& run = merged.run;
+  fmt::print("{} scenarios from {} report{}: {} passed, {} failed, {} errors, {} crashed, {} skipped{}\n",
+             run.scenarios.size(), files.size(), files.size() == 1 ? "" : "s", run.count(gc::Status::passed),
+             run.count(gc::Status::failed), run.count(gc::Status::error), run.count(gc::Status::crashed),
+             run.count(gc::Status::skipped),
+             run.kill_matrix ? fmt::format("; kill matrix: {} rows, {} problems", run.kill_matrix->rows.size(),
+                                           run.kill_matrix->problems.size())
+                             : std::string());
+  fmt::print("reports: {}\n", reports.written());
+  for (const auto& p : merged.problems) fmt::print(stderr, "graphcheck merge: {}\n", p);
+  if (!merged.problems.empty()) return kExitHarness;
+  if (run.kill_matrix) return run.kill_matrix->problems.empty() ? kExitPassed : 1;
+  return run.exit_code();
+}
+
 int cmd_list(const std::vector<std::string>& paths, bool json) {
   std::vector<std::string> where = paths;
   if (where.empty() && fs::is_directory("scenarios")) where = {"scenarios"};
@@ -409,6 +458,20 @@ int graphcheck::cli_main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e18));
   compare->add_option("--markdown", compare_markdown, "Also write the Markdown diff to this file");
 
+  std::vector<std::string> merge_files;
+  std::string merge_dir = "reports/out";
+  ReportPaths merge_reports;
+  CLI::App* merge = app.add_subcommand(
+      "merge",
+      "Merge the JSON reports of a sharded run (--shard-index I --total-shards N, e.g. parallel CI jobs) "
+      "into the report of the whole run, and write every report format from it (graphcheck.* or "
+      "mutants.*). A missing, doubled or incomplete shard is named, and the merged report says it is "
+      "incomplete. `graphcheck compare` reads the result. Exit: as `run` (mutants: 1 on a kill-matrix "
+      "problem); 3 when a shard is missing or incomplete; 2 when a report cannot be read");
+  merge->add_option("reports", merge_files, "The shards' graphcheck.json (or mutants.json) files")->required();
+  merge->add_option("--report-dir", merge_dir, "Where the merged reports go")->capture_default_str();
+  merge_reports.add_options(merge, "graphcheck");
+
   std::vector<std::string> list_paths;
   CLI::App* list = app.add_subcommand("list", "List fixtures, probes, mutations and scenarios");
   list->add_option("paths", list_paths, "Scenario files or directories (default: scenarios/)");
@@ -455,6 +518,7 @@ int graphcheck::cli_main(int argc, char** argv) {
     if (*run) return cmd_run(run_args);
     if (*mutants) return cmd_mutants(mutants_args);
     if (*compare) return cmd_compare(compare_base, compare_new, compare_options, compare_markdown);
+    if (*merge) return cmd_merge(merge_files, merge_dir, merge_reports);
     if (*list) return cmd_list(list_paths, list_json);
     if (*inspect) return cmd_inspect(inspect_files, inspect_values);
   } catch (const std::exception& e) {

@@ -14,6 +14,17 @@ from . import _C
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    # Distributed scenarios (graphcheck.distributed): one rank launched by the run itself, or a
+    # process of torchrun's running its own rank of one scenario.
+    if args[:1] == ["__rank"]:
+        from .distributed import rank_main
+        return rank_main(args[1:])
+    if args[:1] == ["run"]:
+        from . import distributed
+        if distributed.under_torchrun():
+            code = distributed.torchrun_main(args[1:])
+            if code is not None:
+                return code
     _C.set_child_command([sys.executable, "-m", "graphcheck"])
     # The engine installs its own SIGINT/SIGTERM handlers for the run (a stop keeps the reports);
     # Python's come back afterwards.

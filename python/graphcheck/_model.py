@@ -209,6 +209,28 @@ class ModelAdapter:
             return _from_stacked(self.model, stacked)
         return []
 
+    _TP_KINDS = ("column", "row", "vocab", "replicated", "split_dim")
+
+    def tensor_parallel(self) -> list[tuple[str, str, int]]:
+        """The model's ``tensor_parallel()``: a dict ``{pattern: kind}`` or a list of ``(pattern,
+        kind)`` pairs, kind one of "column", "row", "vocab", "replicated" or ``("split_dim", dim)``."""
+        spec = getattr(self.model, "tensor_parallel", None)
+        if not callable(spec):
+            return []
+        value = spec()
+        items = value.items() if isinstance(value, dict) else value
+        out = []
+        for item in items:
+            pattern, kind = item
+            dim = 0
+            if isinstance(kind, (tuple, list)):
+                kind, dim = kind
+            if kind not in self._TP_KINDS:
+                raise ContractError(f"tensor_parallel(): '{pattern}' has kind {kind!r}: use one of "
+                                    f"{', '.join(self._TP_KINDS)} (split_dim as ('split_dim', dim))")
+            out.append((str(pattern), str(kind), int(dim)))
+        return out
+
     def expected_hooks(self) -> list[tuple[str, str, list[str], list[str]]]:
         hooks = getattr(self.model, "expected_hooks", None)
         if not callable(hooks):

@@ -12,13 +12,19 @@
 #include <pybind11/stl.h>
 
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "graphcheck/checkpoint.h"
 #include "graphcheck/cli.h"
+#include "graphcheck/engine/driver.h"
+#include "graphcheck/engine/reporter.h"
+#include "graphcheck/engine/session.h"
+#include "graphcheck/engine/transport.h"
 #include "graphcheck/hooks.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
@@ -278,6 +284,25 @@ class PyModel final : public gc::LifecycleModel {
       return out;
     });
   }
+  std::vector<gc::TensorParallel> tensor_parallel() override {
+    return call_python("tensor_parallel()", [&] {
+      std::vector<gc::TensorParallel> out;
+      for (const auto& item : m_adapter.get().attr("tensor_parallel")().cast<py::list>()) {
+        auto t = item.cast<py::tuple>();
+        gc::TensorParallel tp;
+        tp.pattern = t[0].cast<std::string>();
+        const std::string kind = t[1].cast<std::string>();
+        tp.kind = kind == "column"      ? gc::TensorParallel::Kind::column
+                  : kind == "row"       ? gc::TensorParallel::Kind::row
+                  : kind == "vocab"     ? gc::TensorParallel::Kind::vocab
+                  : kind == "split_dim" ? gc::TensorParallel::Kind::split_dim
+                                        : gc::TensorParallel::Kind::replicated;
+        tp.dim = t[2].cast<std::int64_t>();
+        out.push_back(std::move(tp));
+      }
+      return out;
+    });
+  }
   void load_dummy_weights(std::uint64_t seed) override {
     const bool own = call_python("load_dummy_weights()", [&] {
       return m_adapter.get().attr("load_dummy_weights")(seed).cast<bool>();
@@ -358,6 +383,178 @@ void install_python_front() {
   gc::ModelRegistry::get().set_front("python", std::move(front));
 }
 
+// ---- distributed scenarios (graphcheck.distributed) --------------------------------------
+
+// A stream over a Python iterator of (name, tensor) pairs: what a rank receives.
+class PyIteratorStream final : public gc::WeightStream {
+ public:
+  PyIteratorStream(PyRef iterator, std::string source) : m_iterator(std::move(iterator)), m_source(std::move(source)) {}
+  std::optional<gc::NamedTensor> next() override {
+    return call_python("update_weights (receiving)", [&]() -> std::optional<gc::NamedTensor> {
+      py::object item;
+      try {
+        item = m_iterator.get().attr("__next__")();
+      } catch (py::error_already_set& e) {
+        if (e.matches(PyExc_StopIteration)) return std::nullopt;
+        throw;
+      }
+      auto t = item.cast<py::tuple>();
+      return gc::NamedTensor{t[0].cast<std::string>(), t[1].cast<at::Tensor>()};
+    });
+  }
+  [[nodiscard]] std::string source() const override { return m_source; }
+
+ private:
+  PyRef m_iterator;
+  std::string m_source;
+};
+
+// RefitTransport over graphcheck.distributed's Transport (a process group).
+class PyTransport final : public gc::RefitTransport {
+ public:
+  explicit PyTransport(py::object transport) : m_transport(std::move(transport)) {}
+  Incoming receive(int cycle) override {
+    return call_python("start_weight_update", [&] {
+      auto t = m_transport.get().attr("receive")(cycle).cast<py::tuple>();
+      Incoming in;
+      in.source = t[2].cast<std::string>();
+      in.stream = std::make_unique<PyIteratorStream>(PyRef(py::reinterpret_borrow<py::object>(t[0])), in.source);
+      in.names = t[1].cast<std::vector<std::string>>();
+      in.checkpoint_format = t[3].cast<bool>();
+      return in;
+    });
+  }
+  std::vector<gc::SentTensor> manifest(int cycle) override {
+    return call_python("finish_weight_update", [&] {
+      std::vector<gc::SentTensor> out;
+      for (const auto& item : m_transport.get().attr("manifest")(cycle).cast<py::list>()) {
+        auto t = item.cast<py::tuple>();
+        out.push_back({t[0].cast<std::string>(), t[1].cast<std::uint64_t>(), t[2].cast<std::string>()});
+      }
+      return out;
+    });
+  }
+  void drain_from(int cycle) override {
+    call_python("draining the trainer's refits", [&] {
+      m_transport.get().attr("drain_from")(cycle);
+      return 0;
+    });
+  }
+
+ private:
+  PyRef m_transport;
+};
+
+gc::Scenario load_scenario(const std::string& file) {
+  py::gil_scoped_release release;  // the Python front prepares the model (takes the GIL itself)
+  return gc::parse_scenario_file(file, gc::default_catalog());
+}
+
+py::dict scenario_info(const std::string& file, std::optional<std::uint64_t> seed) {
+  const gc::Scenario s = load_scenario(file);
+  py::dict out;
+  out["name"] = s.name;
+  out["file"] = s.file;
+  out["fixture"] = s.fixture;
+  const std::uint64_t run_seed = seed.value_or(s.seed);
+  out["seed"] = run_seed;
+  out["timeout"] = s.timeout;
+  py::list cycles;
+  for (const auto& c : s.cycles) {
+    if (c.kind != gc::CycleKind::refit) continue;
+    cycles.append(py::make_tuple(c.seed + (run_seed - s.seed), c.prefixes()));
+  }
+  out["cycles"] = cycles;
+  if (s.distributed) {
+    const gc::DistributedSpec& d = *s.distributed;
+    py::dict dist;
+    dist["world_size"] = d.world_size;
+    dist["trainer"] = d.trainer;
+    dist["rollout"] = d.rollout;
+    dist["backend"] = d.backend;
+    dist["transfer"] = std::string(gc::to_string(d.transfer));
+    dist["bucket_bytes"] = d.bucket_bytes;
+    dist["timeout"] = d.timeout;
+    out["distributed"] = dist;
+  } else {
+    out["distributed"] = py::none();
+  }
+  return out;
+}
+
+// One rollout rank: the whole engine on this rank's shard, its refits from `transport`.
+std::string run_rank(const std::string& file, int rank, int world_size, int tp_rank, int tp_size, py::object transport,
+                     const std::string& backend, std::optional<std::uint64_t> seed,
+                     const std::vector<std::string>& mutations, const std::string& work_dir) {
+  const gc::Scenario s = load_scenario(file);
+  gc::RunOptions options;
+  options.backend = backend;
+  options.seed = seed;
+  options.mutations = std::set<std::string>(mutations.begin(), mutations.end());
+  options.work_dir = work_dir;
+  auto context = std::make_shared<gc::RankContext>();
+  context->rank = rank;
+  context->world_size = world_size;
+  context->tp_rank = tp_rank;
+  context->tp_size = tp_size;
+  options.rank = std::move(context);
+  options.transport = std::make_shared<PyTransport>(std::move(transport));
+  gc::ScenarioRecord record;
+  {
+    py::gil_scoped_release release;  // Note [The GIL]
+    record = gc::run_scenario(s, options);
+  }
+  options.transport.reset();  // drops the Python object with the GIL held (PyRef)
+  return gc::scenario_record_json(record);
+}
+
+std::optional<gc::CrashInfo> crash_from(const py::handle& h) {
+  if (h.is_none()) return std::nullopt;
+  auto d = h.cast<py::dict>();
+  gc::CrashInfo c;
+  c.cause = d["cause"].cast<std::string>();
+  c.signal = d.contains("signal") ? d["signal"].cast<std::string>() : std::string();
+  c.exit_code = d.contains("exit_code") ? d["exit_code"].cast<int>() : 0;
+  c.timeout = d.contains("timeout") ? d["timeout"].cast<double>() : 0.0;
+  c.stderr_tail = d.contains("stderr_tail") ? d["stderr_tail"].cast<std::string>() : std::string();
+  c.log = d.contains("log") ? d["log"].cast<std::string>() : std::string();
+  c.last_pass = d.contains("last_pass") ? d["last_pass"].cast<std::string>() : std::string();
+  return c;
+}
+
+std::string merge_ranks(const std::string& file, const py::list& ranks) {
+  const gc::Scenario s = load_scenario(file);
+  std::vector<gc::session::RankRun> runs;
+  for (const auto& item : ranks) {
+    auto d = item.cast<py::dict>();
+    gc::session::RankRun r;
+    r.rank = d["rank"].cast<int>();
+    r.tp_rank = d["tp_rank"].cast<int>();
+    r.trainer = d["trainer"].cast<bool>();
+    if (!d["record"].is_none()) r.record = gc::scenario_record_from_json(d["record"].cast<std::string>());
+    r.crash = crash_from(d["crash"]);
+    r.error = d["error"].cast<std::string>();
+    runs.push_back(std::move(r));
+  }
+  return gc::scenario_record_json(gc::session::merge_ranks(s, std::move(runs)));
+}
+
+// The Python runner of whole distributed scenarios (graphcheck.distributed.run_scenario).
+void install_distributed_runner() {
+  gc::set_distributed_runner([](const gc::Scenario& scenario, const gc::RunOptions& options,
+                                gc::ProgressListener*) -> gc::ScenarioRecord {
+    std::string json = call_python("the distributed launcher", [&] {
+      py::dict o;
+      o["backend"] = options.backend;
+      o["seed"] = options.seed ? py::cast(*options.seed) : py::none();
+      o["mutations"] = std::vector<std::string>(options.mutations.begin(), options.mutations.end());
+      o["work_dir"] = options.work_dir;
+      return py::module_::import("graphcheck.distributed").attr("run_scenario")(scenario.file, o).cast<std::string>();
+    });
+    return gc::scenario_record_from_json(json);
+  });
+}
+
 int run_cli(const std::vector<std::string>& args) {
   std::vector<std::string> storage = args;
   std::vector<char*> argv;
@@ -400,5 +597,78 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& info : gc::mutation::all()) out.emplace_back(info.name, info.owner, info.description);
     return out;
   });
+  m.def("scenario_info", &scenario_info, py::arg("file"), py::arg("seed") = py::none(),
+        "A scenario file's name, seed, refit cycles (seed, prefixes) and `distributed:` spec.");
+  m.def("run_rank", &run_rank, py::arg("file"), py::arg("rank"), py::arg("world_size"), py::arg("tp_rank"),
+        py::arg("tp_size"), py::arg("transport"), py::arg("backend"), py::arg("seed"), py::arg("mutations"),
+        py::arg("work_dir"),
+        "Runs one rollout rank of a distributed scenario in this process; returns its record (JSON).");
+  m.def("merge_ranks", &merge_ranks, py::arg("file"), py::arg("ranks"),
+        "The ranks' records as one, with the cross-rank checks; returns it (JSON).");
+  m.def(
+      "synthesize_full_checkpoint",
+      [](const std::string& file, const std::string& work_dir, std::uint64_t seed, const std::vector<std::string>& mutations) {
+        const gc::Scenario s = load_scenario(file);
+        gc::RunOptions options;
+        options.work_dir = work_dir;
+        gc::mutation::Scope scope(std::set<std::string>(mutations.begin(), mutations.end()));
+        py::gil_scoped_release release;
+        return gc::synthesize_full_checkpoint(s, options, seed);
+      },
+      py::arg("file"), py::arg("work_dir"), py::arg("seed"), py::arg("mutations") = std::vector<std::string>{},
+      "The full checkpoint of `seed` for a distributed scenario (an unsharded model's), written once; its path.");
+  m.def(
+      "read_checkpoint",
+      [](const std::string& path, const std::vector<std::string>& prefixes) {
+        std::vector<std::pair<std::string, at::Tensor>> out;
+        gc::SafetensorsWeightStream stream(path, prefixes, {}, gc::StreamReads::copies);
+        while (auto item = stream.next()) out.emplace_back(item->name, item->tensor);
+        return out;
+      },
+      py::arg("path"), py::arg("prefixes") = std::vector<std::string>{},
+      "The tensors of a safetensors file whose names have one of the prefixes (all when none), in order.");
+  m.def(
+      "write_reports",
+      [](const std::vector<std::string>& records, const std::string& report_dir, const std::string& stem,
+         const py::dict& options) {
+        gc::session::ExecOptions exec;
+        exec.backend = options.contains("backend") ? options["backend"].cast<std::string>() : "auto";
+        if (options.contains("seed") && !options["seed"].is_none()) exec.seed = options["seed"].cast<std::uint64_t>();
+        exec.threads = options.contains("threads") ? options["threads"].cast<int>() : 1;
+        exec.report_dir = report_dir;
+        gc::RunRecord run = gc::session::new_run(exec, gc::session::Shard{});
+        for (const auto& text : records) {
+          gc::ScenarioRecord r = gc::scenario_record_from_json(text);
+          r.causes = gc::session::triage(r, gc::session::repro_command(r, exec));
+          run.scenarios.push_back(std::move(r));
+        }
+        run.complete = true;
+        gc::ReporterMux mux;
+        std::string error;
+        const auto paths = gc::session::open_reporters({}, report_dir, stem, mux, error);
+        if (!paths) throw py::value_error(error);
+        gc::ConsoleReporter console(std::cout);
+        for (const auto& r : run.scenarios) console.on_scenario_done(r);
+        console.on_run_done(run);
+        mux.on_run_done(run);
+        std::cout << "reports:";
+        for (const auto& p : *paths) std::cout << ' ' << p;
+        std::cout << std::endl;
+        return run.exit_code();
+      },
+      py::arg("records"), py::arg("report_dir"), py::arg("stem"), py::arg("options"),
+      "Writes every report of a run made of these scenario records (JSON); returns its exit code.");
+  m.def("fingerprint", [](const at::Tensor& t) { return gc::tensor_fingerprint(t); }, py::arg("tensor"),
+        "graphcheck's fingerprint of a tensor's bytes (what the transfer manifest carries).");
+  m.def(
+      "enable_mutations",
+      [](const std::vector<std::string>& names) {
+        // For the rest of this thread's life: a trainer-only rank runs no scenario of its own.
+        static thread_local std::unique_ptr<gc::mutation::Scope> scope;
+        scope.reset();
+        scope = std::make_unique<gc::mutation::Scope>(std::set<std::string>(names.begin(), names.end()));
+      },
+      py::arg("names"), "Enables mutations on this thread for good (a trainer-only rank).");
   install_python_front();
+  install_distributed_runner();
 }

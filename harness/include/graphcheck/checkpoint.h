@@ -24,6 +24,10 @@ namespace graphcheck {
 [[nodiscard]] torch::Tensor read_tensor(const safetensors::File& file,
                                         const safetensors::TensorInfo& info);
 
+// graphcheck's fingerprint of a tensor's bytes (xxh3 over its elements in order; a view's, not
+// its storage's): what the idempotence check and the distributed transfer manifest compare.
+[[nodiscard]] std::uint64_t tensor_fingerprint(const torch::Tensor& tensor);
+
 // Writes tensors (made contiguous, on CPU) as a safetensors file, atomically (durably unless
 // `durability` is scratch: safetensors::write).
 void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,

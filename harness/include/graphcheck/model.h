@@ -35,6 +35,41 @@ struct NamedTensor {
 
 using TensorList = std::vector<torch::Tensor>;
 
+// Tensor parallelism (DESIGN §2.9): how a tensor splits across the tensor-parallel ranks of a
+// distributed scenario, as vLLM's parallel layers split theirs. `pattern` names checkpoint
+// tensors (and live ones, for state a model derives), '*' one dotted component, "**" anything.
+//   column      dim 0 in equal parts (ColumnParallelLinear: the output features)
+//   row         dim 1 in equal parts (RowParallelLinear: the input features); a 1-D tensor (its
+//               bias) is replicated
+//   vocab       dim 0 in parts of ceil(rows / ranks), the last one shorter (VocabParallelEmbedding,
+//               ParallelLMHead; a model that pads its shard maps the real rows in
+//               checkpoint_mapping())
+//   split_dim   `dim` in equal parts
+//   replicated  every rank holds all of it, bit-identical after every load (checked across ranks)
+// A tensor no entry names is replicated. The first matching entry wins.
+struct TensorParallel {
+  enum class Kind { replicated, column, row, vocab, split_dim };
+  std::string pattern;
+  Kind kind = Kind::replicated;
+  std::int64_t dim = 0;  // split_dim only
+};
+[[nodiscard]] const char* to_string(TensorParallel::Kind kind);
+
+// The part of a full tensor of `sizes` that tensor-parallel rank `rank` of `ranks` holds under
+// `spec`: the whole tensor (sharded false) or [offset, offset + size) along dim. Throws
+// ConfigError naming the tensor when the dim does not split in equal parts.
+struct TensorShard {
+  bool sharded = false;
+  std::int64_t dim = 0, offset = 0, size = 0;
+  // "rows 32..63", "columns 0..15", "dim 2 16..31": for messages.
+  [[nodiscard]] std::string describe() const;
+};
+[[nodiscard]] TensorShard tensor_shard(const TensorParallel& spec, const std::string& name,
+                                       c10::IntArrayRef sizes, int rank, int ranks);
+// The entry of `specs` that names `name` (nullptr: replicated).
+[[nodiscard]] const TensorParallel* find_tensor_parallel(const std::vector<TensorParallel>& specs,
+                                                         const std::string& name);
+
 // Checkpoint names vs live names (DESIGN §2.2). A checkpoint tensor stored in a region of a live
 // tensor: rows [offset, offset + size) along `dim` of `live` hold checkpoint tensor `checkpoint`,
 // as vLLM's stacked_params_mapping stores q_proj/k_proj/v_proj in one qkv_proj. Every live tensor
@@ -83,6 +118,10 @@ struct CheckpointEntry {
   std::int64_t dim = 0, offset = 0, size = 0;  // the shard, when sharded
   std::int64_t index = -1;  // the expert along dim 0 first, when >= 0 (CheckpointShard::index)
   std::vector<std::int64_t> permute;  // CheckpointShard::permute; empty: none
+  // On a rollout rank of a distributed scenario (tp_rank >= 0): the part of the full checkpoint
+  // tensor this region holds, by tensor_parallel(). Set by the engine, for messages.
+  int tp_rank = -1;
+  TensorShard tp = {};
 
   // The same region of another tensor of the live tensor's shape (model B's, say).
   [[nodiscard]] torch::Tensor region_of(const torch::Tensor& live_tensor) const;
@@ -231,6 +270,13 @@ class LifecycleModel {
   // are not torch::nn::Modules (Python) overrides it instead of module(). (Last among the
   // virtuals, so that the vtable slots of the others are where they were before it.)
   virtual TensorCatalog& catalog();
+
+  // How its tensors split across tensor-parallel ranks in a distributed scenario (TensorParallel),
+  // for a model whose factory reads the config keys tp_rank and tp_size there. Model B of each
+  // rank is loaded through it (the checkpoint's shard of every tensor, not the model's loader),
+  // messages name each rank's shard, and tensors declared replicated are compared across ranks.
+  // (After catalog(): the earlier vtable slots stay where they were.)
+  [[nodiscard]] virtual std::vector<TensorParallel> tensor_parallel() { return {}; }
 
   [[nodiscard]] TensorAttributes& tensor_attributes() { return m_attributes; }
   [[nodiscard]] const TensorAttributes& tensor_attributes() const { return m_attributes; }

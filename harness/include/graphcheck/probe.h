@@ -21,6 +21,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/engine/record.h"
 #include "graphcheck/engine/scenario.h"
+#include "graphcheck/engine/transport.h"
 
 namespace graphcheck {
 
@@ -192,6 +193,17 @@ struct StreamOrderEvent : PhaseEvent {
   std::string source;                  // what was streamed
   std::vector<std::string> canonical;  // the canonical order
   std::vector<StreamOrderVariant> variants;
+};
+
+// Observe pass of a rollout rank of a distributed scenario, right after on_load_end of each refit
+// the rank received from the trainer: what the trainer says it sent (finish_weight_update's
+// manifest) against what this rank received, by fingerprint.
+struct TransferEvent : PhaseEvent {
+  std::string source;                   // "refit cycle 1 from trainer rank 0 (packed, 3 buckets)"
+  bool checkpoint_format = true;        // is_checkpoint_format as the trainer sent it
+  std::vector<SentTensor> sent;         // the trainer's manifest, in its order
+  std::map<std::string, std::uint64_t> received;  // what arrived here, by name
+  std::vector<std::string> unknown_kernel_names;  // kernel format: names no live tensor has
 };
 
 // Census pass, right after on_load_begin of every load: the driver poisoned every element the
@@ -417,6 +429,8 @@ class Probe {
   virtual void on_noise_measured(RunContext&, const NoiseEvent&) {}
   // Stream-order pass, right after on_scenario_begin (no lifecycle follows).
   virtual void on_stream_orders_compared(RunContext&, const StreamOrderEvent&) {}
+  // Observe pass of a rollout rank, right after on_load_end of a refit it received.
+  virtual void on_transfer_checked(RunContext&, const TransferEvent&) {}
 
   // After everything, also when the scenario stopped early on an exception.
   virtual void on_scenario_end(RunContext& ctx) = 0;

@@ -302,6 +302,25 @@ bool Driver::run_pass(Pass pass) {
                                   to_string(run.phase()), what_of(e));
     go_on = false;
   }
+  // A rollout rank whose observe pass stopped before its last refit still takes the trainer's
+  // remaining ones, so that the trainer's collectives complete.
+  if (pass == Pass::observe && m_options.transport) {
+    int last = 0;
+    for (const RefitSpec& spec : m_scenario.cycles) last += spec.kind == CycleKind::refit ? 1 : 0;
+    if (m_received_upto < last) {
+      try {
+        m_options.transport->drain_from(m_received_upto + 1);
+      } catch (const std::exception& e) {
+        Finding f;
+        f.probe = "driver";
+        f.subject = "weight transfer";
+        f.message = fmt::format("this rank stopped before refit cycle {} and could not take the trainer's remaining "
+                                "refits: {}",
+                                m_received_upto + 1, what_of(e));
+        add_finding(std::move(f), pass, Phase::refit);
+      }
+    }
+  }
   try {
     run.fire_scenario_end();
   } catch (const std::exception& e) {
@@ -386,6 +405,33 @@ std::vector<std::pair<std::string, std::string>> run_environment(const std::stri
 
 ScenarioRecord run_scenario(const Scenario& scenario, const RunOptions& options,
                             ProgressListener* progress) {
+  // A distributed scenario as a whole goes to the front that owns process groups; each of its
+  // rollout ranks comes back here with its RankContext (Note [Distributed scenarios]).
+  if (scenario.distributed && !options.rank) {
+    if (const DistributedRunner runner = engine::distributed_runner()) {
+      try {
+        return runner(scenario, options, progress);
+      } catch (const std::exception& e) {
+        ScenarioRecord record;
+        record.name = scenario.name;
+        record.file = scenario.file;
+        record.fixture = scenario.fixture;
+        record.status = Status::crashed;
+        record.reason = fmt::format("harness failure launching the ranks of a distributed scenario: {}", e.what());
+        return record;
+      }
+    }
+    ScenarioRecord record;
+    record.name = scenario.name;
+    record.file = scenario.file;
+    record.fixture = scenario.fixture;
+    record.status = Status::error;
+    record.reason = fmt::format(
+        "{}: a distributed scenario (world_size {}) runs its ranks on torch.distributed process groups, which "
+        "come from Python: run it with `python -m graphcheck run {}` (or under torchrun)",
+        scenario.file, scenario.distributed->world_size, scenario.file);
+    return record;
+  }
   try {
     return engine::Driver(scenario, options, progress).run();
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 // each pass (engine/pass_run.h) and keeps the scenario's record, its timeline and what the
 // passes share (generated checkpoints, noise floors). Its code lives in engine/driver.cpp.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -21,12 +22,16 @@
 #include "graphcheck/probe.h"
 #include "graphcheck/engine/record.h"
 #include "graphcheck/engine/scenario.h"
+#include "graphcheck/engine/transport.h"
 
 namespace graphcheck::engine {
 
 namespace fs = std::filesystem;
 
 class PassRun;
+
+// The distributed runner set_distributed_runner() installed; empty when none.
+[[nodiscard]] DistributedRunner distributed_runner();
 
 class Driver final : public HookSink {
  public:
@@ -40,6 +45,18 @@ class Driver final : public HookSink {
   [[nodiscard]] std::uint64_t seed() const { return m_seed; }
   [[nodiscard]] ProgressListener* progress() { return m_progress; }
   [[nodiscard]] std::map<std::int64_t, double>& noise() { return m_noise; }
+  // A rollout rank of a distributed scenario (Note [Distributed scenarios]): its place, its
+  // transport, and the refits it received (in the observe pass; the later passes replay them).
+  [[nodiscard]] const RankContext* rank() const { return m_options.rank.get(); }
+  [[nodiscard]] RefitTransport* transport() { return m_options.transport.get(); }
+  [[nodiscard]] const std::vector<NamedTensor>* received(int cycle) const {
+    auto it = m_received.find(cycle);
+    return it == m_received.end() ? nullptr : &it->second;
+  }
+  void keep_received(int cycle, std::vector<NamedTensor> tensors) {
+    m_received[cycle] = std::move(tensors);
+    m_received_upto = std::max(m_received_upto, cycle);
+  }
 
   void add_finding(Finding finding, Pass pass, Phase phase);
   void add_measurement(Measurement m, Pass pass, Phase phase) {
@@ -100,6 +117,8 @@ class Driver final : public HookSink {
   std::vector<Pass> m_passes;
   std::map<std::uint64_t, std::string> m_checkpoints;
   std::map<std::int64_t, double> m_noise;
+  std::map<int, std::vector<NamedTensor>> m_received;  // refit step -> what this rank received
+  int m_received_upto = 0;
   PassRun* m_current = nullptr;
 };
 

@@ -58,6 +58,11 @@ void PassRun::hook(const void* module, std::string_view hook) {
   event.hook = std::string(hook);
   event.phase = m_phase;
   event.cycle = m_cycle;
+  // A rollout rank: every hook call of the observe pass, for the cross-rank check that every rank
+  // ran the same hooks (session::merge_ranks).
+  if (m_pass == Pass::observe && m_driver.rank()) {
+    measure(this->event(m_phase), fmt::format("gc/dist/hooks/{}@{}", event.hook, event.module_path), 1, "calls");
+  }
   for (Probe* p : m_probes) deliver(p, &Probe::on_hook, event);
 }
 
@@ -96,12 +101,13 @@ void PassRun::lifecycle() {
     const LoadSource source =
         s.checkpoint.empty()
             ? LoadSource{m_driver.checkpoint_for(m_driver.seed(), *this,
-                                                 [&] { return construct_quiet("checkpoint synthesis"); }),
+                                                 [&] { return construct_synthesis(); }),
                          nullptr, /*generated=*/true}
             : LoadSource{s.checkpoint};
     load(/*refit=*/false, source, CycleStep::Bucket{});
     pwal();
   }
+  if (m_pass == Pass::observe && m_driver.rank()) record_replicated();
 
   if (m_spec.forwards) {
     // warm-up and capture, one per batch size
@@ -222,7 +228,7 @@ void PassRun::sweep(const RefitSpec& spec) {
   m_reference.reset();  // stale, and not to share the peak with the synthesis below (run_step)
   const std::uint64_t first_seed = spec.seed + (m_driver.seed() - scenario().seed);
   const std::string path =
-      m_driver.checkpoint_for(first_seed, *this, [&] { return construct_quiet("checkpoint synthesis"); });
+      m_driver.checkpoint_for(first_seed, *this, [&] { return construct_synthesis(); });
   std::vector<std::string> names;
   try {
     const safetensors::File file = safetensors::File::open(path);
@@ -260,8 +266,30 @@ void PassRun::sweep(const RefitSpec& spec) {
 }
 
 PassRun::LoadSource PassRun::source_for(const CycleStep& step) {
+  // A rollout rank (Note [Distributed scenarios]): the observe pass receives each refit from the
+  // trainer as it streams; the later passes load what it received.
+  if (RefitTransport* transport = m_driver.transport()) {
+    if (m_pass == Pass::observe) {
+      auto incoming = std::make_shared<RefitTransport::Incoming>(
+          call_model(Phase::refit, "start_weight_update (the trainer's announcement)",
+                     [&] { return transport->receive(step.cycle); }));
+      m_driver.keep_received(step.cycle, {});  // asked for: not to be drained
+      LoadSource source;
+      source.incoming = std::move(incoming);
+      return source;
+    }
+    const std::vector<NamedTensor>* received = m_driver.received(step.cycle);
+    if (!received || received->empty()) {
+      throw ModelFailure(Phase::refit, fmt::format("{}: this rank never received {} from the trainer (the observe "
+                                                   "pass stopped before it): the {} pass cannot repeat it",
+                                                   step.where, step.label, to_string(m_pass)));
+    }
+    LoadSource replayed{"", received};
+    replayed.label = fmt::format("refit cycle {} as this rank received it from the trainer", step.cycle);
+    return replayed;
+  }
   if (!step.held_weights) {
-    return LoadSource{m_driver.checkpoint_for(step.seed, *this, [&] { return construct_quiet("checkpoint synthesis"); }),
+    return LoadSource{m_driver.checkpoint_for(step.seed, *this, [&] { return construct_synthesis(); }),
                       nullptr, /*generated=*/true};
   }
   // What A holds: every refit so far over the initial checkpoint, in the checkpoint layout.
@@ -302,9 +330,13 @@ void PassRun::refit_step(const CycleStep& step) {
       return 0;
     });
   };
+  m_skip_refit_pwal = false;
   const auto finish = [&] {
     if (mutation::enabled("driver.skip_pwal_on_refit")) {
       // Mutation: the loader skips PWAL after a refit.
+    } else if (m_skip_refit_pwal) {
+      // A kernel-format refit (is_checkpoint_format false): the protocol copies the tensors in
+      // and runs no PWAL; what that leaves wrong is the checks' to find.
     } else {
       pwal();
     }
@@ -319,6 +351,7 @@ void PassRun::refit_step(const CycleStep& step) {
     if (step.pwal_per_bucket) finish();
   }
   if (!step.pwal_per_bucket) finish();
+  if (m_pass == Pass::observe && m_driver.rank()) record_replicated();
   m_held.clear();
   m_phase = Phase::refit;
   end(&Probe::on_refit_end, e);
@@ -339,13 +372,20 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   e.refit = refit;
   e.bucket = bucket.name;
   std::unique_ptr<WeightStream> stream_source;
-  if (source.tensors) {
+  if (source.incoming) {
+    for (const auto& name : source.incoming->names) {
+      if (wanted(name)) e.expected.push_back(name);
+    }
+    e.source = source.incoming->source;
+    stream_source = std::move(source.incoming->stream);
+    if (!stream_source) throw UserError(fmt::format("{}: the transport gave no stream", e.source));
+  } else if (source.tensors) {
     std::vector<NamedTensor> list;
     for (const auto& t : *source.tensors) {
       if (wanted(t.name)) list.push_back(t);
     }
     for (const auto& t : list) e.expected.push_back(t.name);
-    e.source = fmt::format("the weights the model holds (cycle {})", m_cycle);
+    e.source = source.label.empty() ? fmt::format("the weights the model holds (cycle {})", m_cycle) : source.label;
     stream_source = std::make_unique<TensorListWeightStream>(std::move(list), e.source);
   } else {
     std::unique_ptr<SafetensorsWeightStream> file;
@@ -379,7 +419,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     if (step && !step->pwal_per_bucket) poison_fill(PoisonFillEvent::Kind::staged, *step);
   }
   RecordingStream::Reread reread;
-  if (!source.tensors) {
+  if (!source.tensors && !source.incoming) {
     reread = [path = source.path](const std::string& name) {
       const safetensors::File file = safetensors::File::open(path);
       for (const auto& info : file.tensors()) {
@@ -389,19 +429,32 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     };
   }
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
-                         /*copy=*/source.tensors != nullptr, std::move(reread),
+                         /*copy=*/source.tensors != nullptr || source.incoming != nullptr, std::move(reread),
                          refit ? &m_initial_weights : nullptr);
+  const bool kernel_format = source.incoming && !source.incoming->checkpoint_format;
+  std::vector<std::string> unknown_kernel_names;
   try {
-    e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+    if (kernel_format) {
+      unknown_kernel_names = load_kernel_format(stream, e);
+    } else {
+      e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
+    }
   } catch (...) {
     (void)stream.finish();  // what was streamed before the failure stays on record
     throw;
   }
   e.streamed = stream.finish();
+  if (source.incoming) {
+    m_driver.keep_received(m_cycle, e.streamed);
+    check_transfer(e, unknown_kernel_names, source.incoming->checkpoint_format);
+    m_skip_refit_pwal = kernel_format;
+  }
   for (const NamedTensor& t : e.streamed) {
     if (m_stream_order_seen.insert(t.name).second) m_stream_order.push_back(t.name);
   }
-  check_loaded(stream.seen(), e.loaded, refit, e.source);
+  // A kernel-format refit is copied by the protocol, not reported by load_weights(): what it
+  // could not place is the transfer probe's to name.
+  if (!kernel_format) check_loaded(stream.seen(), e.loaded, refit, e.source);
   end(&Probe::on_load_end, e);
 }
 

@@ -96,6 +96,10 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
   FlagScope quiet(m_quiet);
   UncountedScope uncounted;  // the harness's model, not model A's memory
   std::unique_ptr<LifecycleModel> model = construct_quiet(what);
+  if (m_driver.rank()) {  // a rollout rank: the truth through the tensor-parallel contract
+    load_by_contract(*model, what);
+    return model;
+  }
   std::map<std::string, torch::Tensor> weights = m_refit_weights;
   if (scenario().load == LoadFormat::dummy) {
     call_model(m_phase, fmt::format("{} load_dummy_weights()", what), [&] {
@@ -141,8 +145,13 @@ std::unique_ptr<LifecycleModel> PassRun::construct_quiet(const char* what, const
   return construct(config_override ? *config_override : scenario().config, what);
 }
 
-std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const char* what) {
+std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const char* what, bool unsharded) {
   const Scenario& s = scenario();
+  // A rollout rank's models hold its tensor-parallel shard (Note [Distributed scenarios]).
+  if (const RankContext* rank = m_driver.rank()) {
+    config.set("tp_rank", static_cast<std::int64_t>(unsharded ? 0 : rank->tp_rank), "the distributed run");
+    config.set("tp_size", static_cast<std::int64_t>(unsharded ? 1 : rank->tp_size), "the distributed run");
+  }
   const auto split = ModelRegistry::split_front(s.fixture);
   const std::string& kind = split.first;
   const std::string& spec = split.second;
@@ -161,6 +170,13 @@ std::unique_ptr<LifecycleModel> PassRun::construct(ModelConfig config, const cha
   }
   if (!model) throw ModelFailure(Phase::construct, fmt::format("{}: the factory returned no model", what));
   auto unused = config.unused_keys();
+  if (m_driver.rank() && !unused.empty() && (unused.front() == "tp_rank" || unused.front() == "tp_size")) {
+    throw UserError(fmt::format(
+        "{}: fixture '{}' runs in a distributed scenario, which gives every model its tensor-parallel place as "
+        "config keys tp_rank and tp_size, but the model never read '{}': take tp_rank and tp_size in its "
+        "factory and shard its tensors by them (and declare how in tensor_parallel())",
+        s.file, s.fixture, unused.front()));
+  }
   if (!unused.empty()) {
     throw UserError(fmt::format(
         "{}: unknown config key '{}' for fixture '{}': check its spelling (the fixture never "

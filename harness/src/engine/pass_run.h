@@ -87,8 +87,13 @@ class PassRun final : public RunContext {
   }
   [[nodiscard]] std::vector<CheckpointEntry> checkpoint_layout() override {
     if (!m_model) return {};
-    return call_model(m_phase, "checkpoint_mapping()", [&] { return graphcheck::checkpoint_layout(*m_model); });
+    std::vector<CheckpointEntry> layout =
+        call_model(m_phase, "checkpoint_mapping()", [&] { return graphcheck::checkpoint_layout(*m_model); });
+    annotate_shards(layout);
+    return layout;
   }
+  // On a rollout rank: each entry's part of the full checkpoint tensor (engine/distributed.cpp).
+  void annotate_shards(std::vector<CheckpointEntry>& layout);
   [[nodiscard]] const TensorAttrs* tensor_attrs(const torch::Tensor& tensor) const override {
     return m_model ? m_model->catalog().attributes(tensor) : nullptr;
   }
@@ -135,6 +140,9 @@ class PassRun final : public RunContext {
     // of its copy-on-write map (StreamReads::mapped), not as copies. A user's file is copied, so
     // that a rewrite of it during the run cannot fault a record.
     bool generated = false;
+    // A distributed refit as it arrives from the trainer (RefitTransport), read once.
+    std::shared_ptr<RefitTransport::Incoming> incoming;
+    std::string label;  // `tensors`: what they are, for messages ("" : the weights model A holds)
   };
   void lifecycle();
   void run_cycles();
@@ -158,7 +166,25 @@ class PassRun final : public RunContext {
   LifecycleModel& reference_model();
   std::unique_ptr<LifecycleModel> build_loaded(const char* what);
   std::unique_ptr<LifecycleModel> construct_quiet(const char* what, const ModelConfig* config = nullptr);
-  std::unique_ptr<LifecycleModel> construct(ModelConfig config, const char* what);
+  std::unique_ptr<LifecycleModel> construct(ModelConfig config, const char* what, bool unsharded = false);
+  // The model that synthesizes checkpoints: unsharded (tp_rank 0 of 1) in a distributed scenario,
+  // whose checkpoints are the full tensors the trainer sends.
+  std::unique_ptr<LifecycleModel> construct_synthesis() {
+    FlagScope quiet(m_quiet);
+    return construct(scenario().config, "checkpoint synthesis", /*unsharded=*/true);
+  }
+  // ---- distributed scenarios (engine/distributed.cpp) ----
+  // A rollout rank's model B: the truth (the full checkpoints of the initial load and of every
+  // refit so far, as the trainer synthesizes them), each tensor's tensor-parallel shard copied
+  // into its region, then PWAL; never the model's own loader.
+  void load_by_contract(LifecycleModel& model, const char* what);
+  // A refit that came in the kernel format: copied by live name, no load_weights(). Returns the
+  // names that match no live tensor.
+  std::vector<std::string> load_kernel_format(WeightStream& stream, LoadEvent& e);
+  // After the initial load and every refit (observe pass): fingerprints of the tensors that must
+  // be the same on every rank, for the cross-rank check made when the records are merged.
+  void record_replicated();
+  void check_transfer(const LoadEvent& e, const std::vector<std::string>& unknown_kernel_names, bool checkpoint_format);
   TensorList input_for(std::int64_t batch_size, int salt);
   void index_modules();
   std::string module_path(const void* module);
@@ -290,6 +316,7 @@ class PassRun final : public RunContext {
   std::set<std::string> m_stream_order_seen;
   std::unique_ptr<LifecycleModel> m_reference;
   int m_reference_cycle = -1;
+  bool m_skip_refit_pwal = false;  // a kernel-format refit: the protocol runs no PWAL
   bool m_quiet = false;
   std::map<const void*, std::string> m_module_paths;
 

@@ -156,7 +156,7 @@ void PassRun::stream_order() {
   std::vector<std::string> only;
   if (s.load == LoadFormat::checkpoint) {
     path = s.checkpoint.empty() ? m_driver.checkpoint_for(m_driver.seed(), *this,
-                                                          [&] { return construct_quiet("checkpoint synthesis"); })
+                                                          [&] { return construct_synthesis(); })
                                 : s.checkpoint;
     event.load = "the initial load";
   } else {
@@ -172,7 +172,7 @@ void PassRun::stream_order() {
       return;
     }
     const std::uint64_t seed = refit->seed + (m_driver.seed() - s.seed);
-    path = m_driver.checkpoint_for(seed, *this, [&] { return construct_quiet("checkpoint synthesis"); });
+    path = m_driver.checkpoint_for(seed, *this, [&] { return construct_synthesis(); });
     only = refit->prefixes();
     event.load = "refit cycle 1";
     event.cycle = 1;

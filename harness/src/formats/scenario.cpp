@@ -25,6 +25,19 @@ const char* to_string(LoadFormat format) {
   return format == LoadFormat::checkpoint ? "checkpoint" : "dummy";
 }
 
+const char* to_string(DistributedSpec::Transfer transfer) {
+  return transfer == DistributedSpec::Transfer::packed ? "packed" : "per_tensor";
+}
+
+bool DistributedSpec::colocated() const {
+  return std::find(rollout.begin(), rollout.end(), trainer) != rollout.end();
+}
+
+int DistributedSpec::tp_rank(int rank) const {
+  const auto it = std::find(rollout.begin(), rollout.end(), rank);
+  return it == rollout.end() ? -1 : static_cast<int>(it - rollout.begin());
+}
+
 namespace {
 
 namespace fs = std::filesystem;

@@ -39,6 +39,7 @@ Scenario Parser::parse() {
   parse_dummy_growth(root, s);
   parse_poison(root, s);
   parse_expect_error(root, s);
+  parse_distributed(root, s);
   return s;
 }
 
@@ -80,7 +81,7 @@ YAML::Node Parser::load_document() const {
   check_keys(root, "scenario file",
              {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
               "cycles", "checks", "mutations", "dummy_constants", "dummy_growth", "poison",
-              "expect_error", "timeout"});
+              "expect_error", "timeout", "distributed"});
   return root;
 }
 
@@ -499,6 +500,114 @@ void Parser::parse_expect_error(const YAML::Node& root, Scenario& s) {
     }
     s.expect_error_where = where(expect.Mark());
   }
+}
+
+}  // namespace graphcheck::scenario_parser
+
+namespace graphcheck::scenario_parser {
+
+// Note [Distributed scenarios] (DESIGN §2.9): `distributed:` runs the scenario on world_size
+// processes. What the engine supports on them is checked here, so that a scenario never runs
+// half: plain refits only (each one streamed over the process group by the trainer), and a
+// checkpoint load synthesized by the engine (every rank reads the full checkpoint, as workers do).
+void Parser::parse_distributed(const YAML::Node& root, Scenario& s) {
+  const YAML::Node node = root["distributed"];
+  if (!node) return;
+  if (!node.IsMap()) {
+    fail(node, "'distributed' must be a mapping: {world_size: 2, trainer: 0, rollout: [0, 1], transfer: "
+               "per_tensor}");
+  }
+  check_keys(node, "distributed", {"world_size", "trainer", "rollout", "backend", "transfer", "bucket_bytes", "timeout"});
+  DistributedSpec d;
+  const YAML::Node world = required(node, "world_size", "distributed");
+  const std::uint64_t w = unsigned_int(world, "world_size");
+  if (w < 2 || w > 64) fail(world, "'world_size' must be between 2 and 64 processes (one process needs no 'distributed')");
+  d.world_size = static_cast<int>(w);
+  if (const YAML::Node trainer = node["trainer"]) {
+    const std::uint64_t t = unsigned_int(trainer, "trainer");
+    if (t >= w) fail(trainer, fmt::format("'trainer' is rank {}, but world_size is {}: ranks are 0..{}", t, w, w - 1));
+    d.trainer = static_cast<int>(t);
+  }
+  if (const YAML::Node rollout = node["rollout"]) {
+    if (!rollout.IsSequence() || rollout.size() == 0) {
+      fail(rollout, "'rollout' must be a non-empty list of ranks: those that run the lifecycle, in "
+                    "tensor-parallel rank order");
+    }
+    for (const auto& r : rollout) {
+      const std::uint64_t rank = unsigned_int(r, "rollout rank");
+      if (rank >= w) fail(r, fmt::format("rollout rank {} is not below world_size {}", rank, w));
+      if (std::find(d.rollout.begin(), d.rollout.end(), static_cast<int>(rank)) != d.rollout.end()) {
+        fail(r, fmt::format("rollout rank {} is listed twice", rank));
+      }
+      d.rollout.push_back(static_cast<int>(rank));
+    }
+  } else {
+    for (int r = 0; r < d.world_size; ++r) {
+      if (r != d.trainer) d.rollout.push_back(r);
+    }
+  }
+  for (int r = 0; r < d.world_size; ++r) {
+    if (r != d.trainer && std::find(d.rollout.begin(), d.rollout.end(), r) == d.rollout.end()) {
+      fail(node, fmt::format("rank {} is neither the trainer nor a rollout rank: give every rank of "
+                             "world_size {} a role (or lower world_size)",
+                             r, d.world_size));
+    }
+  }
+  if (const YAML::Node backend = node["backend"]) {
+    d.backend = scalar_string(backend, "backend");
+    if (d.backend != "gloo" && d.backend != "nccl") {
+      fail(backend, fmt::format("unknown process-group backend {}: use gloo (CPU) or nccl (GPU)", printable(d.backend)));
+    }
+  }
+  if (const YAML::Node transfer = node["transfer"]) {
+    const std::string mode = scalar_string(transfer, "transfer");
+    if (mode == "per_tensor") {
+      d.transfer = DistributedSpec::Transfer::per_tensor;
+    } else if (mode == "packed") {
+      d.transfer = DistributedSpec::Transfer::packed;
+    } else {
+      fail(transfer, fmt::format("unknown transfer {}: use per_tensor (one broadcast per tensor, its name, "
+                                 "dtype and shape first) or packed (buckets of bucket_bytes)",
+                                 printable(mode)));
+    }
+  }
+  if (const YAML::Node bytes = node["bucket_bytes"]) {
+    const std::uint64_t b = unsigned_int(bytes, "bucket_bytes");
+    if (b < 64 || b > (1ull << 40)) fail(bytes, "'bucket_bytes' must be between 64 bytes and 1 TiB");
+    if (d.transfer != DistributedSpec::Transfer::packed) fail(bytes, "'bucket_bytes' sizes packed buckets: set transfer: packed");
+    d.bucket_bytes = static_cast<std::int64_t>(b);
+  }
+  if (const YAML::Node timeout = node["timeout"]) {
+    const ModelConfig::Value v = timeout.IsScalar() ? config_value(timeout) : ModelConfig::Value{std::string()};
+    const double seconds = std::holds_alternative<std::int64_t>(v) ? static_cast<double>(std::get<std::int64_t>(v))
+                           : std::holds_alternative<double>(v)     ? std::get<double>(v)
+                                                                   : -1.0;
+    if (!(seconds > 0 && seconds <= 1e6)) {
+      fail(timeout, "'distributed.timeout' must be a positive number of seconds: how long a collective waits for "
+                    "the other ranks before it fails");
+    }
+    d.timeout = seconds;
+  }
+  // What runs on the ranks: plain refits, each streamed by the trainer.
+  if (s.load != LoadFormat::checkpoint || !s.checkpoint.empty()) {
+    fail(node, "a distributed scenario loads a checkpoint the engine synthesizes (every rank reads the full "
+               "checkpoint, as workers do): set load: checkpoint and drop 'checkpoint:'");
+  }
+  const YAML::Node cycles = root["cycles"];
+  for (std::size_t i = 0; i < s.cycles.size(); ++i) {
+    const RefitSpec& c = s.cycles[i];
+    if (c.kind != CycleKind::refit || c.sweep || !c.buckets.empty()) {
+      const YAML::Node at = cycles && cycles.IsSequence() && i < cycles.size() ? cycles[i] : node;
+      fail(at, "a distributed scenario's cycles are plain refits ({refit: {seed: N, only: [...]}}), each "
+               "streamed by the trainer over the process group (transfer: packed for buckets); sleeps, "
+               "reloads, bucket lists and sweeps run in one process only");
+    }
+  }
+  if (s.cycles.empty()) {
+    fail(node, "a distributed scenario needs refit cycles: the trainer streams each one to the rollout ranks");
+  }
+  if (s.dummy_growth) fail(node, "'dummy_growth' runs in one process only: drop it from a distributed scenario");
+  s.distributed = std::move(d);
 }
 
 }  // namespace graphcheck::scenario_parser

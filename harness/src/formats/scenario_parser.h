@@ -74,6 +74,7 @@ class Parser {
   void parse_dummy_growth(const YAML::Node& root, Scenario& s);
   void parse_poison(const YAML::Node& root, Scenario& s);
   void parse_expect_error(const YAML::Node& root, Scenario& s);
+  void parse_distributed(const YAML::Node& root, Scenario& s);
   // See Note [Scenario names are path components].
   void check_scenario_name(const YAML::Node& node, const std::string& name) const;
 

@@ -326,6 +326,11 @@ class ReplayDiffProbe final : public EmptyProbe {
         for (const auto& r : g.reads) read.insert(r.name);
       }
       const std::map<std::string, std::string> kinds = ctx.tensor_kinds();
+      // A rollout rank's shards of full checkpoint tensors (distributed scenarios), by live name.
+      std::map<std::string, std::vector<std::string>> shards;
+      for (const CheckpointEntry& entry : ctx.checkpoint_layout()) {
+        if (entry.tp_rank >= 0 && entry.tp.sharded) shards[entry.live].push_back(entry.describe());
+      }
       std::map<std::string, torch::Tensor> b_tensors;
       for (auto& t : ctx.reference_tensors()) b_tensors.emplace(t.name, t.tensor);
       struct Item {
@@ -362,8 +367,11 @@ class ReplayDiffProbe final : public EmptyProbe {
               max_abs = (a.to(torch::kFloat64) - r.to(torch::kFloat64)).abs().nan_to_num(INFINITY).max().item<double>();
               magnitude = fmt::format(", max abs {:.6g}", max_abs);
             }
-            what = fmt::format("{} ({}: {} of {} elements, first at {}{})", t.name, kind, differ,
-                               a.numel(), first, magnitude);
+            const auto held = shards.find(t.name);
+            what = fmt::format("{} ({}{}: {} of {} elements, first at {}{})", t.name, kind,
+                               held == shards.end() ? std::string()
+                                                    : fmt::format(", holding {}", fmt::join(held->second, ", ")),
+                               differ, a.numel(), first, magnitude);
           }
         }
         if (what.empty()) continue;

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <limits>
@@ -261,6 +262,60 @@ std::string json_report(const RunRecord& run) {
     doc["kill_matrix"] = nullptr;
   }
   return dump(doc, 2) + "\n";
+}
+
+RunRecord run_record_from_json(const std::string& text) {
+  ordered_json doc;
+  try {
+    doc = ordered_json::parse(text);
+  } catch (const ordered_json::exception& e) {
+    throw std::runtime_error(std::string("not JSON: ") + e.what());
+  }
+  if (!doc.is_object() || doc.value("tool", std::string()) != "graphcheck" || !doc.contains("scenarios")) {
+    throw std::runtime_error("not a graphcheck report (no \"tool\": \"graphcheck\" and \"scenarios\")");
+  }
+  const int version = doc.value("json_schema_version", 0);
+  if (version != kReportSchemaVersion) {
+    throw std::runtime_error(fmt::format("a report of JSON schema version {}, this graphcheck reads version {}: "
+                                         "merge reports of one graphcheck version",
+                                         version, kReportSchemaVersion));
+  }
+  try {
+    RunRecord run;
+    run.tool_version = get<std::string>(doc, "tool_version");
+    run.started_at = get<std::string>(doc, "started_at");
+    run.complete = get<bool>(doc, "complete", true);
+    run.incomplete_reason = get<std::string>(doc, "incomplete_reason");
+    run.threads = get<int>(doc, "threads");
+    run.isolated = get<bool>(doc, "isolated");
+    run.jobs = get<int>(doc, "jobs", 1);
+    if (auto shard = doc.find("shard"); shard != doc.end() && shard->is_object()) {
+      run.shard_index = get<int>(*shard, "index");
+      run.total_shards = get<int>(*shard, "total", 1);
+    }
+    if (auto env = doc.find("environment"); env != doc.end() && env->is_object()) {
+      for (const auto& [k, v] : env->items()) run.environment.emplace_back(k, v.get<std::string>());
+    }
+    run.seconds = get<double>(doc, "seconds");
+    for (const auto& s : doc.at("scenarios")) run.scenarios.push_back(scenario_record_from_json(s.dump()));
+    if (auto km = doc.find("kill_matrix"); km != doc.end() && km->is_object()) {
+      KillMatrix m;
+      m.probes = get<std::vector<std::string>>(*km, "probes");
+      m.problems = get<std::vector<std::string>>(*km, "problems");
+      for (const auto& row : km->at("rows")) {
+        KillMatrixRow r;
+        r.scenario = get<std::string>(row, "scenario");
+        r.mutation = get<std::string>(row, "mutation");
+        r.cells = get<std::map<std::string, std::string>>(row, "cells");
+        r.verdict = get<std::string>(row, "verdict");
+        m.rows.push_back(std::move(r));
+      }
+      run.kill_matrix = std::move(m);
+    }
+    return run;
+  } catch (const ordered_json::exception& e) {
+    throw std::runtime_error(std::string("a report with a missing or mistyped field: ") + e.what());
+  }
 }
 
 JsonReporter::JsonReporter(std::string path) : FileReporter(std::move(path), &json_report) {}

@@ -129,7 +129,7 @@ int specificity(const Finding& f) {
   if (f.probe == "driver") return 7;  // the driver's checks of what the model reported
   if (tag == "nondeterministic") return 1;
   if (tag == "host value baked" || tag == "frozen at capture") return 2;
-  if (f.probe == "stream_order") return 3;
+  if (f.probe == "stream_order" || f.probe == "transfer" || f.probe == "ranks") return 3;
   if (f.probe == "census") return 4;
   if (f.probe == "address") return 5;
   if (f.probe == "hooks") return 6;
@@ -217,6 +217,20 @@ std::string phrase(const Finding& p, const std::vector<const Finding*>& all) {
                                           : divergence);
   }
   if (p.probe == "stream_order") return "depends on the order the load streams its tensors in";
+  if (p.probe == "transfer") {
+    if (has_evidence(p, "unknown_names")) {
+      return "arrives in the kernel format (is_checkpoint_format false) under checkpoint-format names";
+    }
+    if (has_evidence(p, "buckets")) {
+      return "arrives on the ranks with other bytes than the trainer sent: the two ends lay the packed buckets "
+             "out differently";
+    }
+    return "is announced by the trainer and never arrives, or arrives unannounced";
+  }
+  if (p.probe == "ranks") {
+    if (has_evidence(p, "fingerprints")) return "is declared replicated but holds different bytes on different ranks";
+    return fmt::format("runs on some ranks and not on others (rank {} ran fewer)", evidence_of(p, "ranks"));
+  }
   if (p.probe == "census") return fmt::format("is never written by the load (first: {})", evidence_of(p, "load"));
   if (p.probe == "driver" && has_evidence(p, "checkpoint_name")) return "is streamed but load_weights() does not report it loaded";
   if (p.probe == "address") {
@@ -429,6 +443,15 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
     }
     const std::string what = phrase(primary, all);
     c.summary = subject_text.empty() ? what : fmt::format("{} {}", subject_text, what);
+    // A distributed scenario's findings name their rank: the cause says where.
+    std::set<int> ranks;
+    for (std::size_t i : members) {
+      const std::string r = evidence_of(findings[i], "rank");
+      if (!r.empty() && std::all_of(r.begin(), r.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        ranks.insert(std::stoi(r));
+      }
+    }
+    if (!ranks.empty()) c.summary += fmt::format(" on rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
     c.summary += fmt::format(" {}", cycles_text(primary_cycles));
     if (c.probes.size() > 1) {
       c.summary += fmt::format(" — {} agree", fmt::join(c.probes, ", "));

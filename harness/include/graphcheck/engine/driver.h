@@ -7,6 +7,7 @@
 // -> PWAL] -> replay + compare.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -19,6 +20,8 @@
 namespace graphcheck {
 
 class Probe;
+class RefitTransport;
+struct RankContext;
 
 // Streaming progress, for the console. Called on the thread that runs the scenario.
 class ProgressListener {
@@ -39,7 +42,25 @@ struct RunOptions {
   std::string work_dir = "reports/out/work";  // generated checkpoints go below it
   // Extra probes that run after the scenario's own (tests use a recording probe). Not owned.
   std::vector<Probe*> extra_probes;
+  // A distributed scenario (graphcheck/engine/transport.h): this process's place in it, and where
+  // its refits come from. Both set by the front that owns the process group for a rollout rank;
+  // unset, a distributed scenario goes to the registered distributed runner.
+  std::shared_ptr<const RankContext> rank;
+  std::shared_ptr<RefitTransport> transport;
 };
+
+// Runs a distributed scenario as a whole: launches its ranks, and merges their records into one.
+// Installed by the front that owns process groups (the Python front); none: such a scenario is a
+// user error naming `python -m graphcheck`.
+using DistributedRunner =
+    std::function<ScenarioRecord(const Scenario& scenario, const RunOptions& options, ProgressListener* progress)>;
+void set_distributed_runner(DistributedRunner runner);
+
+// The full checkpoint of refit seed `seed` (or the initial one) of a distributed scenario, as the
+// trainer sends it: synthesized by an unsharded model (tp_rank 0 of 1) into the work dir, written
+// once. Returns its path; throws std::runtime_error naming what failed.
+[[nodiscard]] std::string synthesize_full_checkpoint(const Scenario& scenario, const RunOptions& options,
+                                                     std::uint64_t seed);
 
 // Runs one scenario; never throws. Model exceptions become failed checks, user errors (bad
 // config, bad checkpoint) Status::error, harness faults Status::crashed.

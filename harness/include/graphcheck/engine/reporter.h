@@ -143,6 +143,9 @@ class ReporterRegistry {
 // the reader throws std::runtime_error on text that is not such a record.
 [[nodiscard]] std::string scenario_record_json(const ScenarioRecord& record);
 [[nodiscard]] ScenarioRecord scenario_record_from_json(const std::string& text);
+// A whole JSON report (graphcheck.json, mutants.json) back into its record, for `graphcheck merge`;
+// throws std::runtime_error saying what is wrong (not JSON, not a report, another schema version).
+[[nodiscard]] RunRecord run_record_from_json(const std::string& text);
 [[nodiscard]] std::string junit_report(const RunRecord& run);
 [[nodiscard]] std::string markdown_report(const RunRecord& run);
 [[nodiscard]] std::string html_report(const RunRecord& run);

@@ -85,6 +85,27 @@ struct PoisonOptions {
   bool before_refit = false;
 };
 
+// A scenario run by several processes on torch.distributed (`distributed:` in a scenario file,
+// DESIGN §2.9): a trainer rank streams every refit over the process group to the rollout ranks,
+// which run the lifecycle on their tensor-parallel shards. The trainer may be a rollout rank too
+// (colocated). Process groups come from Python: `python -m graphcheck` runs these.
+struct DistributedSpec {
+  enum class Transfer { per_tensor, packed };
+  int world_size = 2;
+  int trainer = 0;           // the rank that streams refits
+  std::vector<int> rollout;  // the ranks that run the lifecycle, in tensor-parallel rank order
+  std::string backend;       // "gloo" or "nccl"; "": gloo on the emulated backend, nccl on cuda
+  Transfer transfer = Transfer::per_tensor;
+  std::int64_t bucket_bytes = 1 << 20;  // packed: the size of one broadcast bucket
+  // Seconds a collective may wait for the other ranks: what a rank does between two refits (its
+  // lifecycle's passes) must fit in it.
+  double timeout = 600;
+  [[nodiscard]] bool colocated() const;
+  // The tensor-parallel rank of process `rank`, or -1 when it runs no lifecycle.
+  [[nodiscard]] int tp_rank(int rank) const;
+};
+[[nodiscard]] const char* to_string(DistributedSpec::Transfer transfer);
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -120,6 +141,8 @@ struct Scenario {
   // Seconds its process may run before it is killed and reported as crashed; 0: the run's
   // default. `--timeout` given on the command line wins over it.
   double timeout = 0;
+  // Several processes on torch.distributed; empty: one process.
+  std::optional<DistributedSpec> distributed;
   // What the scenario cannot see, said once in every report (e.g. refits that all carry the
   // weights the model already holds cannot show a stale read).
   std::vector<std::string> warnings;

@@ -136,6 +136,33 @@ int run_child(const std::string& scenario_file, const RunOptions& options, int t
 // The verdict on one mutated run (declared in driver.h, where the driver asks for it).
 using graphcheck::judge_mutation;
 
+// `graphcheck merge`: the reports of a run's shards (--shard-index I --total-shards N) as the
+// report of the whole run. Scenarios in name order, kill-matrix rows and problems together; the
+// merged run is incomplete, and each problem says why, when a shard is missing (by index), given
+// twice, or incomplete itself, or when the shards disagree on their number or kind (run against
+// mutants).
+struct MergedRun {
+  RunRecord run;
+  std::vector<std::string> problems;  // what makes it incomplete, one line each
+};
+[[nodiscard]] MergedRun merge_shards(std::vector<std::pair<std::string, RunRecord>> shards);
+
+// One process of a distributed scenario as it ended (DESIGN §2.9).
+struct RankRun {
+  int rank = 0;
+  int tp_rank = -1;      // its place among the rollout ranks; -1: the trainer only
+  bool trainer = false;  // it streamed the refits
+  std::optional<ScenarioRecord> record;  // a rollout rank that finished
+  std::optional<CrashInfo> crash;        // it died, hung or was killed
+  std::string error;                     // the trainer's own failure ("" when none)
+};
+// The ranks' records as one (Note [Distributed scenarios]): every finding names its rank; a rank
+// that crashed makes the record crashed, naming it, and the others' findings stay; the cross-rank
+// checks (probe ranks) compare what the rollout ranks recorded: tensors declared replicated must
+// hold the same bytes on every rank after every load, and every rank must run the same hooks.
+// The figures and timeline are those of the first rollout rank that finished.
+[[nodiscard]] ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks);
+
 // Triage (DESIGN §2.10): the record's findings grouped into causes, each with a primary finding
 // (the most specific probe's, earliest) and the rest as corroboration. Findings group when they
 // name the same tensor (evidence "tensor" / "tensors"), hook, undeclared range or cause tag
