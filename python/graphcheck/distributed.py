@@ -402,17 +402,22 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
             proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         children.append({"rank": rank, "proc": proc, "out": out, "log": log, "killed": None})
     # Once a rank has died, the others get the collective timeout and a margin to notice, then go.
+    # A rank that hangs is killed before the scenario's own timeout (the runner's, which would take
+    # every rank's record with it), so that the others' records stay.
     grace = float(spec["timeout"]) + 30.0
+    limit = 0.9 * (float(info.get("timeout") or 0) or 900.0)
+    started = time.monotonic()
     deadline = None
     while any(c["proc"].poll() is None for c in children):
         failed = [c for c in children if c["proc"].returncode not in (None, 0)]
         if failed and deadline is None:
             deadline = time.monotonic() + grace
-        if deadline is not None and time.monotonic() > deadline:
+        hung = time.monotonic() - started > limit
+        if hung or (deadline is not None and time.monotonic() > deadline):
             for c in children:
                 if c["proc"].poll() is None:
                     c["proc"].kill()
-                    c["killed"] = failed[0]["rank"]
+                    c["killed"] = "hung" if hung else failed[0]["rank"]
             for c in children:
                 c["proc"].wait()
             break
@@ -428,7 +433,9 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
             entry = {"rank": c["rank"], "tp_rank": rollout.index(c["rank"]) if c["rank"] in rollout else -1,
                      "trainer": c["rank"] == spec["trainer"], "record": None, "error": ""}
             crash: dict[str, Any] = {"stderr_tail": _tail(c["log"]), "log": c["log"]}
-            if c["killed"] is not None:
+            if c["killed"] == "hung":
+                crash.update(cause="timeout", signal=_signal_name(signal.SIGKILL), timeout=limit)
+            elif c["killed"] is not None:
                 crash.update(cause="timeout", signal=_signal_name(signal.SIGKILL), timeout=grace)
             elif code is not None and code < 0:
                 crash.update(cause="signal", signal=_signal_name(-code))

@@ -118,6 +118,21 @@ def test_a_killed_rank_is_a_crashed_record_naming_it_and_the_others_results_stay
     assert any(f["evidence"].get("rank") == "0" for f in record.findings), record.explain()
 
 
+HANGER = KILLER.replace("os.kill(os.getpid(), signal.SIGKILL)", "import time; time.sleep(3600)")
+
+
+def test_a_hung_rank_is_killed_before_the_scenarios_timeout_and_named(tmp_path):
+    (tmp_path / "hanger.py").write_text(HANGER.format(fixtures=str(REPO / "fixtures" / "python")))
+    scenario = TP2.read_text().replace("../../fixtures/python/tp_llama.py:make", "hanger.py:make")
+    scenario = scenario.replace("timeout: 60}", "timeout: 5}").replace("timeout: 600", "timeout: 15")
+    path = tmp_path / "hung.yaml"
+    path.write_text(scenario)
+    record = graphcheck.check(None, path)
+    assert record.status == "crashed", record.explain()
+    assert "rank 1 (tensor-parallel rank 1) hung past 13.5 s and was killed" in record["reason"], record["reason"]
+    assert any(f["evidence"].get("rank") == "0" for f in record.findings), record.explain()
+
+
 def test_the_cpp_cli_leaves_a_distributed_scenario_to_python_m_graphcheck(tmp_path):
     """The C++ CLI cannot make process groups: a Python scenario named on its command line is
     refused with the command that runs it."""
