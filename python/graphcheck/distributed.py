@@ -140,6 +140,9 @@ class Transport:
         self.work_dir = work_dir
         self.mutations = list(mutations)
         self.cycles = info["cycles"]
+        # NCCL moves device tensors only: the collectives' buffers live on this rank's GPU.
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if dist.is_initialized() and dist.get_backend() == "nccl" else torch.device("cpu"))
         self._open: dict[str, Any] | None = None  # the refit whose collectives are under way
         self._done: set[int] = set()
         self._manifests: dict[int, list[tuple[str, int, str]]] = {}
@@ -217,10 +220,11 @@ class Transport:
                 if self.sending:
                     tensor = self._sending_tensors[i][1].contiguous()
                     sent.append((name, _C.fingerprint(tensor), ""))
+                    tensor = tensor.to(self.device)
                 else:
-                    tensor = torch.empty(header["shapes"][i], dtype=_dtype(header["dtypes"][i]))
+                    tensor = torch.empty(header["shapes"][i], dtype=_dtype(header["dtypes"][i]), device=self.device)
                 dist.broadcast(tensor, src=self.trainer)
-                yield name, tensor.clone()
+                yield name, tensor.cpu().clone() if self.device.type == "cpu" else tensor.clone()
         else:
             count = int(header["buckets"])
             metas = {n: (_dtype(d), s) for n, d, s in zip(header["names"], header["dtypes"], header["shapes"])}
@@ -234,14 +238,15 @@ class Transport:
             for b in range(count):
                 label = f"bucket {b + 1} of {count}"
                 if self.sending:
-                    buffer = self.sync.pack(by_name, plan[b])
-                    size = torch.tensor([buffer.numel()], dtype=torch.int64)
+                    buffer = self.sync.pack(by_name, plan[b]).to(self.device)
+                    size = torch.tensor([buffer.numel()], dtype=torch.int64, device=self.device)
                 else:
-                    size = torch.zeros(1, dtype=torch.int64)
+                    size = torch.zeros(1, dtype=torch.int64, device=self.device)
                 dist.broadcast(size, src=self.trainer)
                 if not self.sending:
-                    buffer = torch.empty(int(size.item()), dtype=torch.uint8)
+                    buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
                 dist.broadcast(buffer, src=self.trainer)
+                buffer = buffer.cpu()
                 if self.sending:
                     for name, _, _ in plan[b]:
                         sent.append((name, _C.fingerprint(by_name[name]), label))
@@ -279,6 +284,9 @@ def _numel(shape: Sequence[int]) -> int:
 
 def _init_process_group(spec: dict[str, Any], rank: int, world_size: int, backend: str) -> None:
     pg_backend = spec["backend"] or ("nccl" if backend == "cuda" else "gloo")
+    if pg_backend == "nccl":
+        # One GPU per rank: torchrun's LOCAL_RANK, else the rank on this node.
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count()))
     dist.init_process_group(pg_backend, init_method="env://", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=float(spec["timeout"])))
 
