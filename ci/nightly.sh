@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The nightly job (GPU or CPU runner): builds (ci/build.sh), runs the whole scenario suite
-# (`graphcheck run scenarios/`) and the kill matrix (`graphcheck mutants scenarios/`), and, given
+# (`graphcheck run scenarios/ --slow`: the slow scale scenarios too) and the kill matrix (`graphcheck mutants scenarios/`), and, given
 # the previous night's graphcheck.json, compares tonight's against it (`graphcheck compare`: new
 # failures, time and memory regressions). Every step runs even when an earlier one failed; a
 # one-line summary per step ends the output. Exits with the highest exit code of the steps (0: all
@@ -57,7 +57,9 @@ rm -f -- "$dir"/graphcheck.{json,md,html} "$dir/graphcheck-trace.json" "$dir/jun
 if [[ -n $saved ]]; then mv -- "$saved" "$dir/baseline.json"; fi
 
 # ---- the suite and the kill matrix ----------------------------------------------------------
-step run "$gc" run scenarios/ --backend "$backend" --report-dir "$dir"
+# The run includes the slow scale scenarios (slow: true); the kill matrix leaves them out (they
+# declare no mutation, and their clean run is the run's).
+step run "$gc" run scenarios/ --slow --backend "$backend" --report-dir "$dir"
 step mutants "$gc" mutants scenarios/ --backend "$backend" --report-dir "$dir/mutants" \
   --json "$dir/mutants.json" --junit "$dir/mutants-junit.xml" --markdown "$dir/mutants.md" \
   --html "$dir/mutants.html" --trace "$dir/mutants-trace.json"

@@ -108,6 +108,7 @@ struct ReportPaths {
 struct ExecArgs {
   gc::session::ExecOptions options;
   bool no_isolate = false;
+  bool slow = false;
   std::optional<int> shard_index, total_shards;
 
   void add_options(CLI::App* app) {
@@ -119,6 +120,9 @@ struct ExecArgs {
                     "free cores make them several times slower")
         ->capture_default_str()
         ->check(CLI::Range(0, 1024));
+    app->add_flag("--slow", slow,
+                  "Also run the slow scenarios (slow: true: scale runs of minutes and GiB) found in the "
+                  "directories given; the nightly job does, the pre-merge job and the suite do not");
     app->add_flag("--no-isolate", no_isolate,
                   "Run the scenarios in this process instead of one child process each (for a "
                   "debugger; a crash then ends the run, and --timeout and -j do not apply)");
@@ -166,7 +170,8 @@ struct RunArgs {
 // why) when there is nothing to run or the backend is unavailable.
 std::optional<gc::session::Selection> select(const std::vector<std::string>& paths, const std::string& filter,
                                              const ExecArgs& exec) {
-  gc::session::Selection selection = gc::session::select_scenarios(paths, filter, exec.shard_index, exec.total_shards);
+  gc::session::Selection selection =
+      gc::session::select_scenarios(paths, filter, exec.shard_index, exec.total_shards, exec.slow);
   say(selection);
   if (!selection.errors.empty()) return std::nullopt;
   if (selection.shard.total > 1) {

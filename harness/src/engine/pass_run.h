@@ -141,8 +141,8 @@ class PassRun final : public RunContext {
     // that a rewrite of it during the run cannot fault a record.
     bool generated = false;
     // A distributed refit as it arrives from the trainer (RefitTransport), read once.
-    std::shared_ptr<RefitTransport::Incoming> incoming;
-    std::string label;  // `tensors`: what they are, for messages ("" : the weights model A holds)
+    std::shared_ptr<RefitTransport::Incoming> incoming = nullptr;
+    std::string label = {};  // `tensors`: what they are, for messages ("": the weights model A holds)
   };
   void lifecycle();
   void run_cycles();

@@ -81,7 +81,7 @@ YAML::Node Parser::load_document() const {
   check_keys(root, "scenario file",
              {"scenario", "description", "model", "load", "checkpoint", "seed", "capture",
               "cycles", "checks", "mutations", "dummy_constants", "dummy_growth", "poison",
-              "expect_error", "timeout", "distributed"});
+              "expect_error", "timeout", "distributed", "slow"});
   return root;
 }
 
@@ -200,6 +200,7 @@ void Parser::parse_load_and_checkpoint(const YAML::Node& root, Scenario& s) {
 
 void Parser::parse_seed_and_timeout(const YAML::Node& root, Scenario& s) {
   if (const YAML::Node seed = root["seed"]) s.seed = unsigned_int(seed, "seed");
+  if (const YAML::Node slow = root["slow"]) s.slow = boolean(slow, "slow");
   if (const YAML::Node timeout = root["timeout"]) {
     const ModelConfig::Value v = timeout.IsScalar() ? config_value(timeout) : ModelConfig::Value{std::string()};
     const double seconds = std::holds_alternative<std::int64_t>(v) ? static_cast<double>(std::get<std::int64_t>(v))

@@ -28,7 +28,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 // Parses the scenario files under `paths`; a file of another front found in a directory is a
 // note, one named on the command line an error (this process cannot run it).
-void load(const std::vector<std::string>& paths, Selection& out) {
+void load(const std::vector<std::string>& paths, Selection& out, bool include_slow) {
   std::vector<std::string> files;
   try {
     files = collect_scenario_files(paths);
@@ -46,10 +46,16 @@ void load(const std::vector<std::string>& paths, Selection& out) {
     std::error_code ec;
     if (!fs::is_directory(p, ec)) named.insert(fs::path(p).lexically_normal().string());
   }
-  std::vector<std::string> other_front;
+  std::vector<std::string> other_front, slow;
   for (const auto& file : files) {
     try {
-      out.scenarios.push_back(parse_scenario_file(file, catalog));
+      Scenario s = parse_scenario_file(file, catalog);
+      // A slow scenario (`slow: true`) found in a directory runs only with --slow; named, it runs.
+      if (s.slow && !include_slow && !named.count(fs::path(file).lexically_normal().string())) {
+        slow.push_back(file);
+        continue;
+      }
+      out.scenarios.push_back(std::move(s));
     } catch (const ScenarioNeedsFront& e) {
       if (named.count(fs::path(file).lexically_normal().string())) {
         out.errors.emplace_back(e.what());
@@ -58,6 +64,15 @@ void load(const std::vector<std::string>& paths, Selection& out) {
       }
     } catch (const ScenarioError& e) {
       out.errors.emplace_back(e.what());
+    }
+  }
+  if (!slow.empty()) {
+    out.errors_before_notes = out.errors.size();
+    out.notes.push_back(fmt::format("{} slow scenario{} left out (slow: true): --slow runs {}, as the nightly job does ({})",
+                                    slow.size(), slow.size() == 1 ? "" : "s", slow.size() == 1 ? "it" : "them",
+                                    fmt::join(slow, ", ")));
+    if (out.scenarios.empty() && out.errors.empty() && other_front.empty()) {
+      out.errors.push_back(fmt::format("every scenario under {} is slow: give --slow to run them", fmt::join(paths, ", ")));
     }
   }
   if (other_front.empty()) return;
@@ -104,8 +119,9 @@ std::optional<Shard> resolve_shard(std::optional<int> index, std::optional<int> 
 namespace {
 
 // Loaded and filtered; false when there is an error.
-bool load_and_filter(const std::vector<std::string>& given, const std::string& filter, Selection& out) {
-  load(given.empty() ? std::vector<std::string>{"scenarios"} : given, out);
+bool load_and_filter(const std::vector<std::string>& given, const std::string& filter, Selection& out,
+                     bool include_slow) {
+  load(given.empty() ? std::vector<std::string>{"scenarios"} : given, out, include_slow);
   if (!out.errors.empty()) return false;
   if (!filter.empty()) {
     std::vector<Scenario> kept;
@@ -137,9 +153,9 @@ void keep_shard(Selection& out, Shard shard) {
 }  // namespace
 
 Selection select_scenarios(const std::vector<std::string>& given, const std::string& filter,
-                           std::optional<int> shard_index, std::optional<int> total_shards) {
+                           std::optional<int> shard_index, std::optional<int> total_shards, bool include_slow) {
   Selection out;
-  if (!load_and_filter(given, filter, out)) return out;
+  if (!load_and_filter(given, filter, out, include_slow)) return out;
   std::string error;
   const std::optional<Shard> shard = resolve_shard(shard_index, total_shards, error);
   if (!shard) {
@@ -151,10 +167,10 @@ Selection select_scenarios(const std::vector<std::string>& given, const std::str
 }
 
 Selection select_scenarios(const std::vector<std::string>& given, const std::string& filter,
-                           std::optional<Shard> shard) {
-  if (!shard) return select_scenarios(given, filter, std::nullopt, std::nullopt);
+                           std::optional<Shard> shard, bool include_slow) {
+  if (!shard) return select_scenarios(given, filter, std::nullopt, std::nullopt, include_slow);
   Selection out;
-  if (load_and_filter(given, filter, out)) keep_shard(out, *shard);
+  if (load_and_filter(given, filter, out, include_slow)) keep_shard(out, *shard);
   return out;
 }
 

@@ -141,6 +141,9 @@ struct Scenario {
   // Seconds its process may run before it is killed and reported as crashed; 0: the run's
   // default. `--timeout` given on the command line wins over it.
   double timeout = 0;
+  // Minutes of work or GiB of memory (a scale run): `run` and `mutants` leave it out of a
+  // directory unless --slow (the nightly job runs them; the pre-merge job and the suite do not).
+  bool slow = false;
   // Several processes on torch.distributed; empty: one process.
   std::optional<DistributedSpec> distributed;
   // What the scenario cannot see, said once in every report (e.g. refits that all carry the

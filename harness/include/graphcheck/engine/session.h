@@ -71,13 +71,16 @@ struct Selection {
 
 // Loads the scenario files under `paths` (default: scenarios/) with the models of every front
 // registered in this process, keeps those whose name matches the glob `filter` ("": all), and
-// then those of `shard` (nullopt: from the environment, see resolve_shard).
+// then those of `shard` (nullopt: from the environment, see resolve_shard). Slow scenarios
+// (`slow: true`) found in a directory are left out, with a note, unless `include_slow`; one
+// named on the command line runs.
 [[nodiscard]] Selection select_scenarios(const std::vector<std::string>& paths, const std::string& filter = "",
-                                         std::optional<Shard> shard = Shard{});
+                                         std::optional<Shard> shard = Shard{}, bool include_slow = false);
 // The same with the shard given as a front's flags: each one not given comes from the
 // environment (resolve_shard), resolved once the scenarios are loaded and filtered.
 [[nodiscard]] Selection select_scenarios(const std::vector<std::string>& paths, const std::string& filter,
-                                         std::optional<int> shard_index, std::optional<int> total_shards);
+                                         std::optional<int> shard_index, std::optional<int> total_shards,
+                                         bool include_slow = false);
 
 // One record a run produces: a scenario with some mutations enabled, or a row skipped for a
 // stated reason.
