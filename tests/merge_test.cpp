@@ -35,7 +35,8 @@ gc::ScenarioRecord rank_record(double scale_fp, int hook_calls_cycle1) {
   r.name = "dist";
   r.file = "scenarios/python/dist.yaml";
   r.status = gc::Status::passed;
-  r.measurements = {fact("gc/dist/replicated/layers.0.mlp.act_scale", 100, 0),
+  r.measurements = {fact("gc/dist/cycle_done", 1, 0), fact("gc/dist/cycle_done", 1, 1),
+                    fact("gc/dist/replicated/layers.0.mlp.act_scale", 100, 0),
                     fact("gc/dist/replicated/layers.0.mlp.act_scale", scale_fp, 1),
                     fact("gc/dist/hooks/finalize_scales@layers.0", 1, 0)};
   for (int i = 0; i < hook_calls_cycle1; ++i) r.measurements.push_back(fact("gc/dist/hooks/finalize_scales@layers.0", 1, 1));
@@ -91,7 +92,7 @@ TEST(MergeRanks, AReplicatedTensorThatDiffersAndAHookOneRankSkippedAreCrossRankF
 }
 
 TEST(MergeRanks, AKilledRankMakesTheRecordCrashedNamingItAndTheOthersFindingsStay) {
-  gc::ScenarioRecord survivor = rank_record(200, 1);
+  gc::ScenarioRecord survivor = rank_record(200, 1);  // the killed rank left no record to compare
   gc::Finding f;
   f.probe = "driver";
   f.subject = "weight transfer";
@@ -109,6 +110,42 @@ TEST(MergeRanks, AKilledRankMakesTheRecordCrashedNamingItAndTheOthersFindingsSta
   EXPECT_NE(merged.reason.find("rank 1 (tensor-parallel rank 1) died of SIGKILL (Killed)"), std::string::npos) << merged.reason;
   ASSERT_EQ(merged.findings.size(), 1u);
   EXPECT_EQ(merged.findings[0].message, "rank 0: this rank stopped: peer gone");
+}
+
+TEST(MergeRanks, ARankThatStoppedEarlyIsNotBlamedForHooksItNeverReachedAndAFailureOutsideTheLifecycleIsNamed) {
+  gc::ScenarioRecord stopped = rank_record(200, 0);
+  std::erase_if(stopped.measurements, [](const gc::Measurement& m) { return m.tag == "gc/dist/cycle_done" && m.cycle == 1; });
+  std::erase_if(stopped.measurements, [](const gc::Measurement& m) { return m.cycle == 1; });
+  gc::session::RankRun trainer;
+  trainer.rank = 2;
+  trainer.tp_rank = -1;
+  trainer.trainer = true;
+  trainer.error = "RuntimeError: Connection closed by peer";
+  const gc::ScenarioRecord merged = gc::session::merge_ranks(
+      scenario(), {rank(0, 0, rank_record(200, 1)), rank(1, 1, stopped), trainer}, {"py.tp.local_scale"});
+  ASSERT_EQ(merged.findings.size(), 1u);  // no hook finding for cycle 1, which rank 1 never reached
+  EXPECT_EQ(merged.findings[0].probe, "driver");
+  EXPECT_EQ(merged.findings[0].message, "rank 2: the trainer failed outside its lifecycle: RuntimeError: Connection closed by peer");
+  EXPECT_EQ(merged.mutations, (std::vector<std::string>{"py.tp.local_scale"}));
+  ASSERT_EQ(merged.verdicts.size(), 1u);
+}
+
+TEST(MergeRanks, ARankStoppedAfterAnotherDiedIsSaidSo) {
+  gc::session::RankRun dead, stopped;
+  dead.rank = 1;
+  dead.tp_rank = 1;
+  dead.crash = gc::CrashInfo{};
+  dead.crash->cause = "signal";
+  dead.crash->signal = "SIGSEGV (Segmentation fault)";
+  stopped.rank = 0;
+  stopped.tp_rank = 0;
+  stopped.crash = gc::CrashInfo{};
+  stopped.crash->cause = "interrupted";
+  const gc::ScenarioRecord merged = gc::session::merge_ranks(scenario(), {dead, stopped}, {});
+  EXPECT_EQ(merged.status, gc::Status::crashed);
+  EXPECT_NE(merged.reason.find("rank 0 (tensor-parallel rank 0) was stopped after another rank died"), std::string::npos)
+      << merged.reason;
+  EXPECT_NE(merged.reason.find("rank 1 (tensor-parallel rank 1) died of SIGSEGV"), std::string::npos) << merged.reason;
 }
 
 gc::RunRecord shard(int index, int total, std::vector<std::string> names, bool complete = true) {

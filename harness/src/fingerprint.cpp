@@ -6,9 +6,10 @@
 #include <memory>
 #include <vector>
 
+#include "graphcheck/checkpoint.h"
+
 #if GRAPHCHECK_HAS_CUDA
 #include "backends/cuda_tensor_ops.h"  // CUDA tensors: hashed on the device
-#include "graphcheck/checkpoint.h"
 #endif
 
 namespace graphcheck {

@@ -436,6 +436,7 @@ int graphcheck::cli_main(int argc, char** argv) {
   child->add_option("--backend", child_options.backend);
   child->add_option("--work-dir", child_options.work_dir);
   child->add_option("--threads", child_threads);
+  child->add_option("--timeout", child_options.timeout);
   child->add_option("--seed", child_options.seed);
   child->add_option("--mutation", child_mutations);
   child->add_option("--plugin", plugins);

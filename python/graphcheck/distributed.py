@@ -311,7 +311,7 @@ def run_rank(file: str, rank: int, world_size: int, *, backend: str, seed: int |
     tp_rank = rollout.index(rank) if rank in rollout else -1
     out: dict[str, Any] = {"rank": rank, "tp_rank": tp_rank, "trainer": rank == spec["trainer"],
                            "record": None, "crash": None, "error": ""}
-    rank_dir = os.path.join(work_dir, info["name"], f"rank-{rank}")
+    rank_dir = os.path.join(work_dir, f"rank-{rank}")
     try:
         transport = Transport(info, rank, weight_sync_for(info["fixture"]), rank_dir, mutations)
         if tp_rank >= 0:
@@ -386,7 +386,9 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
     info = _C.scenario_info(file, options.get("seed"))
     spec = info["distributed"]
     world = int(spec["world_size"])
-    work_dir = os.path.join(options["work_dir"], info["name"])
+    # A folder of this launch's own: runs of one scenario may go at once (mutants -j N).
+    launch_dir = os.path.join(options["work_dir"], info["name"], f"launch-{os.getpid()}")
+    work_dir = launch_dir
     os.makedirs(work_dir, exist_ok=True)
     port = _free_port()
     children: list[dict[str, Any]] = []
@@ -397,7 +399,7 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
             if os.path.exists(stale):
                 os.remove(stale)
         cmd = [sys.executable, "-m", "graphcheck", "__rank", file, "--rank", str(rank), "--world-size", str(world),
-               "--out", out, "--backend", options.get("backend", "auto"), "--work-dir", options["work_dir"],
+               "--out", out, "--backend", options.get("backend", "auto"), "--work-dir", launch_dir,
                "--threads", str(int(options.get("threads", torch.get_num_threads())))]
         if options.get("seed") is not None:
             cmd += ["--seed", str(options["seed"])]
@@ -413,10 +415,11 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
     # A rank that hangs is killed before the scenario's own timeout (the runner's, which would take
     # every rank's record with it), so that the others' records stay.
     grace = float(spec["timeout"]) + 30.0
-    limit = 0.9 * (float(info.get("timeout") or 0) or 900.0)
+    # The run's timeout for this scenario (the runner's --timeout, else the scenario's, else 900 s).
+    limit = 0.9 * (float(options.get("timeout") or 0) or float(info.get("timeout") or 0) or 900.0)
     started = time.monotonic()
     deadline = None
-    while any(c["proc"].poll() is None for c in children):
+    while [c["proc"].poll() for c in children].count(None):  # every child polled, every time
         failed = [c for c in children if c["proc"].returncode not in (None, 0)]
         if failed and deadline is None:
             deadline = time.monotonic() + grace
@@ -443,15 +446,15 @@ def run_scenario(file: str, options: dict[str, Any]) -> str:
             crash: dict[str, Any] = {"stderr_tail": _tail(c["log"]), "log": c["log"]}
             if c["killed"] == "hung":
                 crash.update(cause="timeout", signal=_signal_name(signal.SIGKILL), timeout=limit)
-            elif c["killed"] is not None:
-                crash.update(cause="timeout", signal=_signal_name(signal.SIGKILL), timeout=grace)
+            elif c["killed"] is not None:  # stopped after another rank died
+                crash.update(cause="interrupted", signal=_signal_name(signal.SIGKILL), timeout=grace)
             elif code is not None and code < 0:
                 crash.update(cause="signal", signal=_signal_name(-code))
             else:
                 crash.update(cause="exit", exit_code=int(code or 0))
             entry["crash"] = crash
         ranks.append(entry)
-    return _C.merge_ranks(file, ranks)
+    return _C.merge_ranks(file, ranks, list(options.get("mutations", [])))
 
 
 # -- torchrun ----------------------------------------------------------------------------------
@@ -494,7 +497,7 @@ def torchrun_main(args: Sequence[str]) -> int | None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if parsed.threads > 0:
         torch.set_num_threads(parsed.threads)
-    work_dir = os.path.join(parsed.report_dir, "work")
+    work_dir = os.path.join(parsed.report_dir, "work", info["name"])
     _init_process_group(info["distributed"], rank, world, parsed.backend)
     try:
         result = run_rank(parsed.file, rank, world, backend=parsed.backend, seed=parsed.seed,
@@ -505,6 +508,6 @@ def torchrun_main(args: Sequence[str]) -> int | None:
         dist.destroy_process_group()
     if rank != 0:
         return 0
-    record = _C.merge_ranks(parsed.file, gathered)
+    record = _C.merge_ranks(parsed.file, gathered, parsed.mutation)
     return _C.write_reports([record], parsed.report_dir, "graphcheck",
                             {"backend": parsed.backend, "seed": parsed.seed, "threads": parsed.threads})

@@ -522,7 +522,7 @@ std::optional<gc::CrashInfo> crash_from(const py::handle& h) {
   return c;
 }
 
-std::string merge_ranks(const std::string& file, const py::list& ranks) {
+std::string merge_ranks(const std::string& file, const py::list& ranks, const std::vector<std::string>& mutations) {
   const gc::Scenario s = load_scenario(file);
   std::vector<gc::session::RankRun> runs;
   for (const auto& item : ranks) {
@@ -536,7 +536,7 @@ std::string merge_ranks(const std::string& file, const py::list& ranks) {
     r.error = d["error"].cast<std::string>();
     runs.push_back(std::move(r));
   }
-  return gc::scenario_record_json(gc::session::merge_ranks(s, std::move(runs)));
+  return gc::scenario_record_json(gc::session::merge_ranks(s, std::move(runs), mutations));
 }
 
 // The Python runner of whole distributed scenarios (graphcheck.distributed.run_scenario).
@@ -549,6 +549,7 @@ void install_distributed_runner() {
       o["seed"] = options.seed ? py::cast(*options.seed) : py::none();
       o["mutations"] = std::vector<std::string>(options.mutations.begin(), options.mutations.end());
       o["work_dir"] = options.work_dir;
+      o["timeout"] = options.timeout;
       return py::module_::import("graphcheck.distributed").attr("run_scenario")(scenario.file, o).cast<std::string>();
     });
     return gc::scenario_record_from_json(json);
@@ -603,7 +604,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("tp_size"), py::arg("transport"), py::arg("backend"), py::arg("seed"), py::arg("mutations"),
         py::arg("work_dir"),
         "Runs one rollout rank of a distributed scenario in this process; returns its record (JSON).");
-  m.def("merge_ranks", &merge_ranks, py::arg("file"), py::arg("ranks"),
+  m.def("merge_ranks", &merge_ranks, py::arg("file"), py::arg("ranks"), py::arg("mutations") = std::vector<std::string>{},
         "The ranks' records as one, with the cross-rank checks; returns it (JSON).");
   m.def(
       "synthesize_full_checkpoint",

@@ -204,6 +204,9 @@ struct TransferEvent : PhaseEvent {
   std::vector<SentTensor> sent;         // the trainer's manifest, in its order
   std::map<std::string, std::uint64_t> received;  // what arrived here, by name
   std::vector<std::string> unknown_kernel_names;  // kernel format: names no live tensor has
+  // Kernel format: "name (live [16, 32], sent [32, 32])" for a live tensor of another shape.
+  std::vector<std::string> kernel_shape_mismatches;
+  std::vector<std::string> unread;  // announced and sent, but load_weights() returned before them
 };
 
 // Census pass, right after on_load_begin of every load: the driver poisoned every element the

@@ -50,20 +50,17 @@ namespace graphcheck {
 namespace {
 
 std::mutex g_runner_mutex;
+std::mutex g_written_mutex;
+std::set<std::string> g_written;  // synthesize_full_checkpoint's files, in this process
 DistributedRunner& runner_slot() {
   static DistributedRunner runner;
   return runner;
 }
 
-// The tensors of a checkpoint file with these prefixes (every one when empty), copied.
+// The tensors of a checkpoint file with these prefixes (every one when empty), by name.
 std::map<std::string, torch::Tensor> read_full(const std::string& path, const std::vector<std::string>& prefixes) {
   std::map<std::string, torch::Tensor> out;
-  try {
-    SafetensorsWeightStream stream(path, prefixes, {}, StreamReads::copies);
-    while (auto item = stream.next()) out[item->name] = std::move(item->tensor);
-  } catch (const safetensors::Error& e) {
-    throw engine::UserError(e.what());
-  }
+  for (NamedTensor& t : engine::read_checkpoint_tensors(path, prefixes)) out[t.name] = std::move(t.tensor);
   return out;
 }
 
@@ -139,35 +136,41 @@ void PassRun::load_by_contract(LifecycleModel& model, const char* what) {
   });
 }
 
-std::vector<std::string> PassRun::load_kernel_format(WeightStream& stream, LoadEvent& e) {
+PassRun::KernelLoad PassRun::load_kernel_format(WeightStream& stream, LoadEvent& e) {
   std::map<std::string, torch::Tensor> live;
   for (auto& t : graphcheck::live_tensors(*m_model)) live.emplace(t.name, t.tensor);
-  std::vector<std::string> unknown;
+  KernelLoad out;
   torch::NoGradGuard no_grad;
   while (auto item = stream.next()) {
     auto it = live.find(item->name);
-    if (it == live.end() || !it->second.defined() || it->second.sizes() != item->tensor.sizes()) {
-      unknown.push_back(it == live.end() ? item->name
-                                         : fmt::format("{} (live {}, sent {})", item->name,
-                                                       shape_string(it->second.sizes()), shape_string(item->tensor.sizes())));
+    if (it == live.end() || !it->second.defined()) {
+      out.unknown.push_back(item->name);
+      continue;
+    }
+    if (it->second.sizes() != item->tensor.sizes()) {
+      out.mismatched.push_back(fmt::format("{} (live {}, sent {})", item->name, shape_string(it->second.sizes()),
+                                           shape_string(item->tensor.sizes())));
       continue;
     }
     it->second.copy_(item->tensor.to(it->second.device(), it->second.scalar_type()));
     e.loaded.insert(item->name);
   }
-  return unknown;
+  return out;
 }
 
-void PassRun::check_transfer(const LoadEvent& e, const std::vector<std::string>& unknown_kernel_names,
+void PassRun::check_transfer(const LoadEvent& e, const KernelLoad& kernel, const std::vector<std::string>& unread,
                              bool checkpoint_format) {
   TransferEvent t;
   static_cast<PhaseEvent&>(t) = e;
   t.source = e.source;
   t.checkpoint_format = checkpoint_format;
-  t.unknown_kernel_names = unknown_kernel_names;
+  t.unknown_kernel_names = kernel.unknown;
+  t.kernel_shape_mismatches = kernel.mismatched;
+  t.unread = unread;
   {
     HarnessTime time(m_harness_seconds);
-    for (const NamedTensor& r : e.streamed) t.received[r.name] = fingerprint(r.tensor);
+    // On the host: the trainer's manifest holds host fingerprints (a device one is another hash).
+    for (const NamedTensor& r : e.streamed) t.received[r.name] = fingerprint(r.tensor.cpu());
   }
   t.sent = call_model(Phase::refit, "finish_weight_update (the trainer's manifest)",
                       [&] { return m_driver.transport()->manifest(m_cycle); });
@@ -214,6 +217,7 @@ void PassRun::record_replicated() {
     if (!entry.sharded && entry.checkpoint == entry.live) checkpoint_names.insert(entry.live);
   }
   PhaseEvent at = event(m_phase);
+  measure(at, "gc/dist/cycle_done", 1, "cycle");  // the merge compares hooks up to the last cycle all ranks did
   for (const NamedTensor& t : graphcheck::live_tensors(*m_model)) {
     if (!t.tensor.defined()) continue;
     const TensorParallel* spec = find_tensor_parallel(specs, t.name);
@@ -229,6 +233,13 @@ void PassRun::record_replicated() {
 }  // namespace engine
 
 std::string synthesize_full_checkpoint(const Scenario& scenario, const RunOptions& options, std::uint64_t seed) {
+  // Once per path in this process (the trainer asks for each refit's; its files do not change).
+  const std::filesystem::path dir = std::filesystem::path(options.work_dir) / scenario.name;
+  const std::string path = (dir / fmt::format("seed-{}.safetensors", seed)).string();
+  {
+    std::lock_guard<std::mutex> lock(g_written_mutex);
+    if (g_written.count(path)) return path;
+  }
   const auto split = ModelRegistry::split_front(scenario.fixture);
   ModelConfig config = scenario.config;
   config.set("tp_rank", std::int64_t{0}, "the distributed run");
@@ -248,11 +259,11 @@ std::string synthesize_full_checkpoint(const Scenario& scenario, const RunOption
   for (auto& t : tensors) {
     if (t.tensor.defined()) t.tensor = t.tensor.cpu();
   }
-  const std::filesystem::path dir = std::filesystem::path(options.work_dir) / scenario.name;
   std::filesystem::create_directories(dir);
-  const std::string path = (dir / fmt::format("seed-{}.safetensors", seed)).string();
   save_checkpoint(path, tensors, {{"graphcheck.fixture", scenario.fixture}, {"graphcheck.seed", std::to_string(seed)}},
                   safetensors::Durability::scratch);
+  std::lock_guard<std::mutex> lock(g_written_mutex);
+  g_written.insert(path);
   return path;
 }
 

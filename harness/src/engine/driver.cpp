@@ -140,6 +140,9 @@ ScenarioRecord Driver::run() {
       if (!go_on) break;
       go_on = run_pass(pass);
     }
+    // A rank that never reached its observe pass (a user error on setup, a failed validate pass)
+    // still takes the trainer's refits, so that the other ranks' collectives complete.
+    if (!m_drained) drain_transport(Pass::observe);
   }
   if (m_record.status == Status::passed && !m_record.findings.empty()) {
     m_record.status = Status::failed;
@@ -304,23 +307,7 @@ bool Driver::run_pass(Pass pass) {
   }
   // A rollout rank whose observe pass stopped before its last refit still takes the trainer's
   // remaining ones, so that the trainer's collectives complete.
-  if (pass == Pass::observe && m_options.transport) {
-    int last = 0;
-    for (const RefitSpec& spec : m_scenario.cycles) last += spec.kind == CycleKind::refit ? 1 : 0;
-    if (m_received_upto < last) {
-      try {
-        m_options.transport->drain_from(m_received_upto + 1);
-      } catch (const std::exception& e) {
-        Finding f;
-        f.probe = "driver";
-        f.subject = "weight transfer";
-        f.message = fmt::format("this rank stopped before refit cycle {} and could not take the trainer's remaining "
-                                "refits: {}",
-                                m_received_upto + 1, what_of(e));
-        add_finding(std::move(f), pass, Phase::refit);
-      }
-    }
-  }
+  if (pass == Pass::observe) drain_transport(pass);
   try {
     run.fire_scenario_end();
   } catch (const std::exception& e) {
@@ -347,6 +334,24 @@ bool Driver::run_pass(Pass pass) {
   m.phase = "scenario";
   m_record.measurements.push_back(std::move(m));
   return go_on;
+}
+
+// Note [Distributed scenarios]: whatever stopped this rank's observe pass, the rest of the refit
+// under way and every later one are taken (a no-op when all were read).
+void Driver::drain_transport(Pass pass) {
+  if (!m_options.transport || m_drained) return;
+  m_drained = true;
+  try {
+    m_options.transport->drain_from(m_received_upto + 1);
+  } catch (const std::exception& e) {
+    Finding f;
+    f.probe = "driver";
+    f.subject = "weight transfer";
+    f.message = fmt::format("this rank stopped at refit cycle {} and could not take the rest of the trainer's "
+                            "refits: {}",
+                            m_received_upto, what_of(e));
+    add_finding(std::move(f), pass, Phase::refit);
+  }
 }
 
 bool Driver::stopped_as_expected(Pass pass, const PassRun& run, const std::string& message) {

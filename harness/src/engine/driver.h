@@ -53,9 +53,14 @@ class Driver final : public HookSink {
     auto it = m_received.find(cycle);
     return it == m_received.end() ? nullptr : &it->second;
   }
-  void keep_received(int cycle, std::vector<NamedTensor> tensors) {
+  void keep_received(int cycle, std::vector<NamedTensor> tensors, bool kernel_format = false) {
     m_received[cycle] = std::move(tensors);
+    m_received_kernel_format[cycle] = kernel_format;
     m_received_upto = std::max(m_received_upto, cycle);
+  }
+  [[nodiscard]] bool received_kernel_format(int cycle) const {
+    auto it = m_received_kernel_format.find(cycle);
+    return it != m_received_kernel_format.end() && it->second;
   }
 
   void add_finding(Finding finding, Pass pass, Phase phase);
@@ -105,6 +110,7 @@ class Driver final : public HookSink {
   bool stopped_as_expected(Pass pass, const PassRun& run, const std::string& message);
 
   void expected_error_missing(const PassRun& run);
+  void drain_transport(Pass pass);
 
   const Scenario& m_scenario;
   RunOptions m_options;
@@ -118,7 +124,9 @@ class Driver final : public HookSink {
   std::map<std::uint64_t, std::string> m_checkpoints;
   std::map<std::int64_t, double> m_noise;
   std::map<int, std::vector<NamedTensor>> m_received;  // refit step -> what this rank received
+  std::map<int, bool> m_received_kernel_format;        // refit step -> it came in the kernel format
   int m_received_upto = 0;
+  bool m_drained = false;
   PassRun* m_current = nullptr;
 };
 

@@ -284,8 +284,12 @@ PassRun::LoadSource PassRun::source_for(const CycleStep& step) {
                                                    "pass stopped before it): the {} pass cannot repeat it",
                                                    step.where, step.label, to_string(m_pass)));
     }
-    LoadSource replayed{"", received};
+    // Copies: a loader that keeps what it is streamed must not change what later passes replay.
+    m_held.clear();
+    for (const NamedTensor& t : *received) m_held.push_back({t.name, t.tensor.clone()});
+    LoadSource replayed{"", &m_held};
     replayed.label = fmt::format("refit cycle {} as this rank received it from the trainer", step.cycle);
+    replayed.kernel_format = m_driver.received_kernel_format(step.cycle);
     return replayed;
   }
   if (!step.held_weights) {
@@ -431,11 +435,11 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
                          /*copy=*/source.tensors != nullptr || source.incoming != nullptr, std::move(reread),
                          refit ? &m_initial_weights : nullptr);
-  const bool kernel_format = source.incoming && !source.incoming->checkpoint_format;
-  std::vector<std::string> unknown_kernel_names;
+  const bool kernel_format = source.kernel_format || (source.incoming && !source.incoming->checkpoint_format);
+  KernelLoad kernel_load;
   try {
     if (kernel_format) {
-      unknown_kernel_names = load_kernel_format(stream, e);
+      kernel_load = load_kernel_format(stream, e);
     } else {
       e.loaded = call_model(Phase::load, "load_weights()", [&] { return m_model->load_weights(stream); });
     }
@@ -443,12 +447,19 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     (void)stream.finish();  // what was streamed before the failure stays on record
     throw;
   }
+  // A loader that returned before its stream ended leaves the rest unread: named, and taken off
+  // the transport here, so that the manifest is not blamed for it.
+  std::vector<std::string> unread;
+  if (source.incoming) {
+    HarnessTime t(m_harness_seconds);
+    while (auto item = stream_source->next()) unread.push_back(item->name);
+  }
   e.streamed = stream.finish();
   if (source.incoming) {
-    m_driver.keep_received(m_cycle, e.streamed);
-    check_transfer(e, unknown_kernel_names, source.incoming->checkpoint_format);
-    m_skip_refit_pwal = kernel_format;
+    m_driver.keep_received(m_cycle, e.streamed, kernel_format);
+    check_transfer(e, kernel_load, unread, source.incoming->checkpoint_format);
   }
+  m_skip_refit_pwal = m_skip_refit_pwal || kernel_format;
   for (const NamedTensor& t : e.streamed) {
     if (m_stream_order_seen.insert(t.name).second) m_stream_order.push_back(t.name);
   }

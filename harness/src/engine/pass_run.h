@@ -143,6 +143,7 @@ class PassRun final : public RunContext {
     // A distributed refit as it arrives from the trainer (RefitTransport), read once.
     std::shared_ptr<RefitTransport::Incoming> incoming = nullptr;
     std::string label = {};  // `tensors`: what they are, for messages ("": the weights model A holds)
+    bool kernel_format = false;  // a received refit that came in the kernel format
   };
   void lifecycle();
   void run_cycles();
@@ -180,11 +181,16 @@ class PassRun final : public RunContext {
   void load_by_contract(LifecycleModel& model, const char* what);
   // A refit that came in the kernel format: copied by live name, no load_weights(). Returns the
   // names that match no live tensor.
-  std::vector<std::string> load_kernel_format(WeightStream& stream, LoadEvent& e);
+  struct KernelLoad {
+    std::vector<std::string> unknown;     // names no live tensor has
+    std::vector<std::string> mismatched;  // "name (live [16, 32], sent [32, 32])"
+  };
+  KernelLoad load_kernel_format(WeightStream& stream, LoadEvent& e);
   // After the initial load and every refit (observe pass): fingerprints of the tensors that must
   // be the same on every rank, for the cross-rank check made when the records are merged.
   void record_replicated();
-  void check_transfer(const LoadEvent& e, const std::vector<std::string>& unknown_kernel_names, bool checkpoint_format);
+  void check_transfer(const LoadEvent& e, const KernelLoad& kernel, const std::vector<std::string>& unread,
+                      bool checkpoint_format);
   TensorList input_for(std::int64_t batch_size, int salt);
   void index_modules();
   std::string module_path(const void* module);

@@ -40,17 +40,6 @@ namespace graphcheck::engine {
 
 namespace {
 
-std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const std::vector<std::string>& only) {
-  std::vector<NamedTensor> out;
-  try {
-    SafetensorsWeightStream stream(path, only, {}, StreamReads::copies);
-    while (auto item = stream.next()) out.push_back(std::move(*item));
-  } catch (const safetensors::Error& e) {
-    throw UserError(e.what());
-  }
-  return out;
-}
-
 std::string module_prefix_of(const std::string& name) {
   const auto dot = name.rfind('.');
   return dot == std::string::npos ? std::string() : name.substr(0, dot + 1);

@@ -9,6 +9,8 @@
 #include "counting_allocator.h"
 #include "engine/errors.h"
 #include "fingerprint.h"
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/safetensors.h"
 
 namespace graphcheck::engine {
 
@@ -69,6 +71,17 @@ std::int64_t RecordingStream::version_of(const torch::Tensor& t) {
   } catch (const c10::Error&) {
     return -1;  // an inference tensor has no version counter: the fingerprint decides
   }
+}
+
+std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const std::vector<std::string>& prefixes) {
+  std::vector<NamedTensor> out;
+  try {
+    SafetensorsWeightStream stream(path, prefixes, {}, StreamReads::copies);
+    while (auto item = stream.next()) out.push_back(std::move(*item));
+  } catch (const safetensors::Error& e) {
+    throw UserError(e.what());
+  }
+  return out;
 }
 
 }  // namespace graphcheck::engine

@@ -73,4 +73,9 @@ class CloningStream final : public WeightStream {
   WeightStream& m_inner;
 };
 
+// Every tensor of a checkpoint file whose name has one of `prefixes` (all when empty), in the
+// file's order, each a copy; a bad file is a UserError.
+[[nodiscard]] std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path,
+                                                               const std::vector<std::string>& prefixes = {});
+
 }  // namespace graphcheck::engine

@@ -28,8 +28,10 @@ class TransferProbe final : public EmptyProbe {
   void on_transfer_checked(RunContext& ctx, const TransferEvent& e) override {
     std::vector<std::string> differ, missing, buckets;
     std::set<std::string> sent_names;
+    const std::set<std::string> unread(e.unread.begin(), e.unread.end());
     for (const SentTensor& s : e.sent) {
       sent_names.insert(s.name);
+      if (unread.count(s.name)) continue;  // arrived; the loader never read it (below)
       auto it = e.received.find(s.name);
       if (it == e.received.end()) {
         missing.push_back(s.name);
@@ -77,17 +79,37 @@ class TransferProbe final : public EmptyProbe {
                {{"tensor", subject}, {"missing", fmt::format("{}", fmt::join(missing, "; "))},
                 {"unannounced", fmt::format("{}", fmt::join(extra, "; "))}});
     }
+    if (!e.unread.empty()) {
+      ctx.fail(name(), e, e.unread.front(),
+               fmt::format("{}: load_weights() returned before the stream ended, and {} tensor{} the trainer sent were "
+                           "never read: {}; a loader reads every tensor it is given (what it does not read is silently "
+                           "dropped: the weights stay stale)",
+                           e.source, e.unread.size(), e.unread.size() == 1 ? "" : "s", listed(e.unread)),
+               {{"tensor", e.unread.front()}, {"unread", fmt::format("{}", fmt::join(e.unread, "; "))}});
+    }
     if (!e.unknown_kernel_names.empty()) {
       ctx.fail(name(), e, e.unknown_kernel_names.front(),
                fmt::format("{} came in the kernel format (is_checkpoint_format false), so its tensors are copied into "
                            "the live tensors of their names without load_weights() and without PWAL, but {} of them "
-                           "name no live tensor of that shape: {}; the trainer streams checkpoint-format names: "
-                           "send is_checkpoint_format true (the rank then loads them and runs PWAL), or convert "
-                           "them to the kernel layout first",
+                           "name no live tensor: {}; the trainer streams checkpoint-format names: send "
+                           "is_checkpoint_format true (the rank then loads them and runs PWAL), or convert them to "
+                           "the kernel layout first",
                            e.source, e.unknown_kernel_names.size(), listed(e.unknown_kernel_names)),
                {{"tensor", e.unknown_kernel_names.front()},
                 {"is_checkpoint_format", "false"},
                 {"unknown_names", fmt::format("{}", fmt::join(e.unknown_kernel_names, "; "))}});
+    }
+    if (!e.kernel_shape_mismatches.empty()) {
+      const std::string& first = e.kernel_shape_mismatches.front();
+      ctx.fail(name(), e, first.substr(0, first.find(' ')),
+               fmt::format("{} came in the kernel format (is_checkpoint_format false), but {} of its tensors do not "
+                           "have the shape of the live tensor of their name: {}; a kernel-format refit sends each "
+                           "rank its own shard in the live layout (full or checkpoint-layout tensors go with "
+                           "is_checkpoint_format true)",
+                           e.source, e.kernel_shape_mismatches.size(), listed(e.kernel_shape_mismatches)),
+               {{"tensor", first.substr(0, first.find(' '))},
+                {"is_checkpoint_format", "false"},
+                {"shape_mismatches", fmt::format("{}", fmt::join(e.kernel_shape_mismatches, "; "))}});
     }
   }
 

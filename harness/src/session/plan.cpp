@@ -250,6 +250,7 @@ std::vector<std::size_t> execute(const Plan& plan, const ExecOptions& options, P
       job.timeout = options.timeout            ? *options.timeout
                     : item.scenario->timeout > 0 ? item.scenario->timeout
                                                  : kDefaultTimeout;
+      job.options.timeout = job.timeout;
       const fs::path dir = fs::path(job.options.work_dir) / item.scenario->name;
       const std::string tag = fmt::format("run-{}{}", i, repeat > 1 ? fmt::format("-{}", r + 1) : "");
       job.log_path = (dir / (tag + ".log")).string();

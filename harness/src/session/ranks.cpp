@@ -29,18 +29,25 @@ int severity(Status s) {
 
 constexpr const char* kReplicated = "gc/dist/replicated/";
 constexpr const char* kHooks = "gc/dist/hooks/";
+constexpr const char* kCycleDone = "gc/dist/cycle_done";
 
 std::string cycle_text(int cycle) { return cycle == 0 ? "the initial load" : fmt::format("refit cycle {}", cycle); }
 
 }  // namespace
 
-ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks) {
+ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks, const std::vector<std::string>& mutations) {
   std::sort(ranks.begin(), ranks.end(), [](const RankRun& a, const RankRun& b) { return a.rank < b.rank; });
   ScenarioRecord merged;
   // The lead: the first rollout rank (tensor-parallel order) that left a record.
   const RankRun* lead = nullptr;
   for (const RankRun& r : ranks) {
     if (r.record && r.tp_rank >= 0 && (!lead || r.tp_rank < lead->tp_rank)) lead = &r;
+  }
+  if (!lead) {
+    // No rollout rank finished: what ran comes from the first record there is.
+    for (const RankRun& r : ranks) {
+      if (r.record && !lead) lead = &r;
+    }
   }
   if (lead) {
     merged = *lead->record;
@@ -55,6 +62,7 @@ ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks)
     merged.expected_catches = scenario.mutations;
     merged.warnings = scenario.warnings;
   }
+  if (merged.mutations.empty()) merged.mutations = mutations;  // no rank left a record
   merged.status = Status::passed;
   merged.reason.clear();
   merged.crash.reset();
@@ -67,22 +75,27 @@ ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks)
       if (!merged.crash) {
         merged.crash = r.crash;
       }
-      reasons.push_back(fmt::format("{} {}", who,
-                                    r.crash->cause == "timeout" ? fmt::format("hung past {:g} s and was killed", r.crash->timeout)
-                                    : r.crash->cause == "signal" ? fmt::format("died of {}", r.crash->signal)
-                                                                 : fmt::format("exited with status {} and no record", r.crash->exit_code)));
+      reasons.push_back(fmt::format(
+          "{} {}", who,
+          r.crash->cause == "timeout"       ? fmt::format("hung past {:g} s and was killed", r.crash->timeout)
+          : r.crash->cause == "interrupted" ? std::string("was stopped after another rank died (it waited for it)")
+          : r.crash->cause == "signal"      ? fmt::format("died of {}", r.crash->signal)
+                                            : fmt::format("exited with status {} and no record", r.crash->exit_code)));
       continue;
     }
     if (!r.error.empty()) {
+      // Its own Python code failed outside the engine (the weight-sync ends, the trainer's
+      // streaming, a collective with a rank that is gone).
       Finding f;
-      f.probe = "transfer";
+      f.probe = "driver";
       f.pass = "observe";
       f.phase = "refit";
-      f.subject = fmt::format("trainer rank {}", r.rank);
-      f.message = fmt::format("rank {}: the trainer failed while streaming the refits: {}", r.rank, r.error);
-      f.evidence = {{"rank", std::to_string(r.rank)}};
+      f.subject = fmt::format("rank {}", r.rank);
+      f.message = fmt::format("rank {}: {} failed outside its lifecycle: {}", r.rank,
+                              r.tp_rank >= 0 ? "this rollout rank" : "the trainer", r.error);
+      f.evidence = {{"rank", std::to_string(r.rank)}, {"error", r.error}};
       merged.findings.push_back(std::move(f));
-      continue;
+      if (!r.record) continue;
     }
     if (!r.record) continue;
     const ScenarioRecord& rec = *r.record;
@@ -104,9 +117,17 @@ ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks)
   std::map<std::pair<std::string, int>, std::vector<Seen>> replicated;  // (tensor, cycle) -> per rank
   std::map<int, std::map<std::string, std::map<int, double>>> hooks;   // cycle -> hook@module -> rank -> calls
   std::vector<int> rollout;
+  int completed = -1;  // the last cycle every rollout rank finished: hooks are compared up to it
+  bool first_rank = true;
   for (const RankRun& r : ranks) {
     if (!r.record || r.tp_rank < 0) continue;
     rollout.push_back(r.rank);
+    int done = -1;
+    for (const Measurement& m : r.record->measurements) {
+      if (m.pass == "observe" && m.tag == kCycleDone) done = std::max(done, m.cycle);
+    }
+    completed = first_rank ? done : std::min(completed, done);
+    first_rank = false;
     for (const Measurement& m : r.record->measurements) {
       if (m.pass != "observe") continue;
       if (m.tag.rfind(kReplicated, 0) == 0) {
@@ -140,16 +161,19 @@ ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks)
     f.cycle = cycles.front();
     f.subject = tensor;
     f.message = fmt::format(
-        "'{}' is declared replicated (every rank holds all of it), but the ranks hold different bytes after {} "
-        "(also in cycles {}): {}; a replicated tensor derived from this rank's shard (a scale from the local "
-        "weights' maximum) differs per rank: derive it from replicated tensors, or all-reduce it across the "
-        "tensor-parallel group",
-        tensor, cycle_text(cycles.front()), fmt::join(cycles, ", "), fmt::join(values, "; "));
+        "'{}' is declared replicated (every rank holds all of it), but the ranks hold different bytes after {}{}: "
+        "{}; a replicated tensor derived from this rank's shard (a scale from the local weights' maximum) "
+        "differs per rank: derive it from replicated tensors, or all-reduce it across the tensor-parallel group",
+        tensor, cycle_text(cycles.front()),
+        cycles.size() > 1 ? fmt::format(" (and in cycles {})", fmt::join(cycles.begin() + 1, cycles.end(), ", "))
+                          : std::string(),
+        fmt::join(values, "; "));
     f.evidence = {{"tensor", tensor}, {"cycles", fmt::format("{}", fmt::join(cycles, ", "))},
                   {"fingerprints", fmt::format("{}", fmt::join(values, "; "))}};
     merged.findings.push_back(std::move(f));
   }
   for (const auto& [cycle, by_hook] : hooks) {
+    if (cycle > completed) continue;  // a rank stopped before it: its own findings say why
     std::vector<std::string> differences;
     std::string first_hook;
     std::set<int> short_ranks;
@@ -192,11 +216,9 @@ ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks)
     merged.findings.push_back(std::move(f));
   }
   if (merged.status == Status::passed && !merged.findings.empty()) merged.status = Status::failed;
-  if (merged.status != Status::crashed && merged.status != Status::error && !merged.findings.empty()) {
-    merged.status = Status::failed;
-  }
   merged.reason = fmt::format("{}", fmt::join(reasons, "; "));
-  if (merged.status == Status::passed || merged.status == Status::failed || merged.status == Status::crashed) {
+  // As Driver::run judges a run: only one that ran to its end (a crash proves nothing).
+  if (merged.status == Status::passed || merged.status == Status::failed) {
     for (const auto& m : merged.mutations) merged.verdicts.push_back(judge_mutation(merged, m));
   }
   return merged;

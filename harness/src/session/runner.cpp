@@ -195,7 +195,9 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
                                    "--work-dir",
                                    job.options.work_dir,
                                    "--threads",
-                                   std::to_string(options.threads)};
+                                   std::to_string(options.threads),
+                                   "--timeout",
+                                   std::to_string(job.timeout)};
   if (job.options.seed) {
     args.push_back("--seed");
     args.push_back(std::to_string(*job.options.seed));

@@ -221,11 +221,16 @@ std::string phrase(const Finding& p, const std::vector<const Finding*>& all) {
     if (has_evidence(p, "unknown_names")) {
       return "arrives in the kernel format (is_checkpoint_format false) under checkpoint-format names";
     }
-    if (has_evidence(p, "buckets")) {
+    if (has_evidence(p, "unread")) return "is sent but never read: load_weights() returns before the stream ends";
+    if (has_evidence(p, "shape_mismatches")) {
+      return "arrives in the kernel format (is_checkpoint_format false) in a shape the live tensor does not have";
+    }
+    if (!evidence_of(p, "buckets").empty()) {
       return "arrives on the ranks with other bytes than the trainer sent: the two ends lay the packed buckets "
              "out differently";
     }
-    return "is announced by the trainer and never arrives, or arrives unannounced";
+    if (has_evidence(p, "missing")) return "is announced by the trainer and never arrives, or arrives unannounced";
+    return "arrives on the ranks with other bytes than the trainer sent";
   }
   if (p.probe == "ranks") {
     if (has_evidence(p, "fingerprints")) return "is declared replicated but holds different bytes on different ranks";
@@ -233,6 +238,7 @@ std::string phrase(const Finding& p, const std::vector<const Finding*>& all) {
   }
   if (p.probe == "census") return fmt::format("is never written by the load (first: {})", evidence_of(p, "load"));
   if (p.probe == "driver" && has_evidence(p, "checkpoint_name")) return "is streamed but load_weights() does not report it loaded";
+  if (p.probe == "driver" && p.subject.rfind("rank ", 0) == 0) return fmt::format("{} failed outside its lifecycle: {}", p.subject, evidence_of(p, "error"));
   if (p.probe == "address") {
     if (p.subject.rfind("undeclared tensor at ", 0) == 0) {
       return "is read by a captured graph but lies in no declared tensor: declare it (extra_tensors())";

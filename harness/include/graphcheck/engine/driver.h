@@ -40,6 +40,9 @@ struct RunOptions {
   std::set<std::string> mutations;     // enabled for the scenario
   std::optional<std::uint64_t> seed;   // replaces the scenario's seed
   std::string work_dir = "reports/out/work";  // generated checkpoints go below it
+  // Seconds the scenario may run before the run stops it (0: none). A distributed runner stops a
+  // hung rank before it, so that the other ranks' records are kept.
+  double timeout = 0;
   // Extra probes that run after the scenario's own (tests use a recording probe). Not owned.
   std::vector<Probe*> extra_probes;
   // A distributed scenario (graphcheck/engine/transport.h): this process's place in it, and where

@@ -164,7 +164,8 @@ struct RankRun {
 // checks (probe ranks) compare what the rollout ranks recorded: tensors declared replicated must
 // hold the same bytes on every rank after every load, and every rank must run the same hooks.
 // The figures and timeline are those of the first rollout rank that finished.
-[[nodiscard]] ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks);
+[[nodiscard]] ScenarioRecord merge_ranks(const Scenario& scenario, std::vector<RankRun> ranks,
+                                         const std::vector<std::string>& mutations = {});
 
 // Triage (DESIGN §2.10): the record's findings grouped into causes, each with a primary finding
 // (the most specific probe's, earliest) and the rest as corroboration. Findings group when they
