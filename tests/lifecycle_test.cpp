@@ -57,7 +57,11 @@ TEST(CountingAllocator, CountsLiveBytesAndWhatOutlivesAMoment) {
 TEST(Fingerprint, ChunkedViewsHashLikeTheirContiguousCopy) {
   const torch::Tensor base = torch::rand({1024, 700});
   for (const torch::Tensor& view : {base.t(), base.narrow(1, 3, 650), base.narrow(0, 0, 1).expand({900, 700}),
-                                    base.reshape({4, 256, 700}).permute({2, 0, 1})}) {
+                                    base.reshape({4, 256, 700}).permute({2, 0, 1}),
+                                    // Column-major 2-D views (gathered a cache line of each column at a
+                                    // time), of every element width, row counts off the gather's block.
+                                    base.t().narrow(0, 5, 333), base.to(torch::kBFloat16).t(),
+                                    base.mul(255).to(torch::kUInt8).t(), base.to(torch::kFloat64).t().narrow(0, 1, 17)}) {
     ASSERT_FALSE(view.is_contiguous());
     EXPECT_EQ(fingerprint(view), fingerprint(view.contiguous())) << view.sizes();
   }

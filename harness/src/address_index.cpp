@@ -12,7 +12,7 @@ std::size_t tensor_extent_bytes(const torch::Tensor& t) {
   return static_cast<std::size_t>((last + 1) * t.element_size());
 }
 
-AddressIndex::AddressIndex(const std::vector<NamedTensor>& tensors) : m_tensors(tensors) {
+AddressIndex::AddressIndex(std::vector<NamedTensor> tensors) : m_tensors(std::move(tensors)) {
   m_ranges.reserve(m_tensors.size());
   for (std::size_t i = 0; i < m_tensors.size(); ++i) {
     const torch::Tensor& t = m_tensors[i].tensor;

@@ -22,7 +22,7 @@ class AddressIndex {
   AddressIndex() = default;
   // Tensors listed first win where ranges coincide (live_tensors(): parameters, buffers, then
   // extra_tensors()).
-  explicit AddressIndex(const std::vector<NamedTensor>& tensors);
+  explicit AddressIndex(std::vector<NamedTensor> tensors);
 
   // The tensor that [address, address + bytes) falls in: among those containing the whole range,
   // one that covers it exactly, else the smallest, else the first listed. bytes 0: the address.

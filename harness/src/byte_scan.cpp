@@ -16,19 +16,37 @@ U pattern_of(std::uint8_t byte) {
 // Counts in blocks with a counter as wide as the element, so that the compare-and-add loop
 // vectorises without widening; the block fits the counter (255 for bytes).
 template <class U>
-std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
+std::int64_t count_typed(const U* a, std::int64_t n, U p) {
   constexpr std::int64_t kBlock = sizeof(U) == 1 ? 255 : 1 << 15;
   std::int64_t total = 0;
   for (std::int64_t at = 0; at < n; at += kBlock) {
     const std::int64_t end = std::min(n, at + kBlock);
     U c = 0;
-    if (e != nullptr) {
-      for (std::int64_t i = at; i < end; ++i) c += static_cast<U>((a[i] == p) & (e[i] != p));
-    } else {
-      for (std::int64_t i = at; i < end; ++i) c += static_cast<U>(a[i] == p);
-    }
+    for (std::int64_t i = at; i < end; ++i) c += static_cast<U>(a[i] == p);
     total += c;
   }
+  return total;
+}
+
+// Against an expected value: `a` a few cache lines at a time, the expected value's lines read
+// only where `a` holds the pattern somewhere in them. A refitted tensor rarely does, so the scan reads
+// one array, not two (bench/harness_bench BM_PoisonScan: 0.5x memcpy reading both, 0.8x and up
+// reading `e` on demand).
+template <class U>
+std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
+  // Four lines at a time for wide elements; one for bytes, where weights hold the pattern often.
+  constexpr std::int64_t kRun = (sizeof(U) == 1 ? 64 : 256) / static_cast<std::int64_t>(sizeof(U));
+  std::int64_t total = 0;
+  std::int64_t at = 0;
+  for (; at + kRun <= n; at += kRun) {
+    U hits = 0;
+    for (std::int64_t i = at; i < at + kRun; ++i) hits += static_cast<U>(a[i] == p);
+    if (hits == 0) continue;
+    U c = 0;  // as wide as the element: the loop vectorises without widening
+    for (std::int64_t i = at; i < at + kRun; ++i) c += static_cast<U>((a[i] == p) & (e[i] != p));
+    total += c;
+  }
+  for (std::int64_t i = at; i < n; ++i) total += (a[i] == p) & (e[i] != p);
   return total;
 }
 
@@ -95,7 +113,7 @@ std::int64_t count_pattern(const void* data, const void* expected, std::int64_t 
       const U* a = static_cast<const U*>(data);
       const U* e = static_cast<const U*>(expected);
       const U p = pattern_of<U>(byte);
-      const std::int64_t count = count_typed(a, e, n, p);
+      const std::int64_t count = e != nullptr ? count_typed(a, e, n, p) : count_typed(a, n, p);
       if (count > 0 && first != nullptr) *first = first_typed(a, e, n, p);
       return count;
     }

@@ -53,16 +53,57 @@ std::string_view to_string(TensorKind kind) {
   return "tensor";
 }
 
+namespace {
+
+// `root` and its submodules in libtorch's preorder (named_modules()), each with its dotted path
+// from `root`. Each path is built once from its parent's, so that a deep tree costs one string per
+// module, not the per-level copies and name hashing of named_parameters(true) (bench/
+// harness_bench BM_AddressSnapshot, depth 512).
+void walk_modules(torch::nn::Module& module, const std::string& path,
+                  std::vector<std::pair<torch::nn::Module*, std::string>>& out) {
+  out.emplace_back(&module, path);
+  for (const auto& child : module.named_children()) {
+    walk_modules(*child.value(), path.empty() ? child.key() : path + "." + child.key(), out);
+  }
+}
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+  if (prefix.empty()) return key;
+  std::string name;
+  name.reserve(prefix.size() + 1 + key.size());
+  name.append(prefix).append(1, '.').append(key);
+  return name;
+}
+
+}  // namespace
+
+// The order of named_parameters(recurse) then named_buffers(recurse): every module's parameters,
+// module by module, then every module's buffers; undefined ones left out.
 std::vector<CatalogTensor> ModuleCatalog::own_tensors(torch::nn::Module& module, bool recurse) {
+  std::vector<std::pair<torch::nn::Module*, std::string>> modules;
+  if (recurse) {
+    walk_modules(module, "", modules);
+  } else {
+    modules.emplace_back(&module, "");
+  }
   std::vector<CatalogTensor> out;
   const TensorAttributes& attrs = m_model.tensor_attributes();
-  for (const auto& item : module.named_parameters(recurse)) {
-    out.push_back({item.key(), item.value(), TensorKind::parameter});
+  for (const auto& [m, prefix] : modules) {
+    auto own = m->named_parameters(/*recurse=*/false);
+    for (auto& item : own) {
+      if (item.value().defined()) {
+        out.push_back({join_path(prefix, item.key()), std::move(item.value()), TensorKind::parameter});
+      }
+    }
   }
-  for (const auto& item : module.named_buffers(recurse)) {
-    const TensorAttrs* a = attrs.find(item.value());
-    out.push_back({item.key(), item.value(),
-                   a && !a->persistent ? TensorKind::non_persistent_buffer : TensorKind::persistent_buffer});
+  for (const auto& [m, prefix] : modules) {
+    auto own = m->named_buffers(/*recurse=*/false);
+    for (auto& item : own) {
+      if (!item.value().defined()) continue;
+      const TensorAttrs* a = attrs.find(item.value());
+      out.push_back({join_path(prefix, item.key()), std::move(item.value()),
+                     a && !a->persistent ? TensorKind::non_persistent_buffer : TensorKind::persistent_buffer});
+    }
   }
   return out;
 }
@@ -121,8 +162,10 @@ std::vector<NamedTensor> checkpoint_tensors(LifecycleModel& model) {
 }
 
 std::vector<NamedTensor> live_tensors(LifecycleModel& model) {
+  std::vector<CatalogTensor> tensors = model.catalog().tensors();
   std::vector<NamedTensor> out;
-  for (auto& t : model.catalog().tensors()) out.push_back({std::move(t.name), std::move(t.tensor)});
+  out.reserve(tensors.size());
+  for (auto& t : tensors) out.push_back({std::move(t.name), std::move(t.tensor)});
   return out;
 }
 
