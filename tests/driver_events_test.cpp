@@ -250,6 +250,10 @@ class ThrowingModel final : public LifecycleModel {
     return torch::matmul(x, m_module.named_parameters()["w"]);
   }
   torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 2}); }
+  std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed) override {
+    if (m_throw_in == "refit_synthesis" && seed == 77) throw std::runtime_error("no weights for seed 77");
+    return LifecycleModel::synthesize_checkpoint(seed);
+  }
 
  private:
   std::string m_throw_in;
@@ -284,6 +288,28 @@ TEST(DriverFailures, ModelExceptionsBecomeFailedChecksWithPhaseAndMessage) {
     EXPECT_EQ(r.findings[0].phase, c.phase);
     EXPECT_NE(r.findings[0].message.find(c.text), std::string::npos) << r.findings[0].message;
   }
+}
+
+// Note [Synthesis before the model]: the first pass synthesizes every refit's checkpoint before it
+// constructs model A, but a synthesis that fails there is reported where the lifecycle meets it:
+// in the refit, its cycle, after an initial load that went well.
+TEST(DriverFailures, AFailedRefitSynthesisIsReportedInItsRefit) {
+  Scenario s;
+  s.name = "throwing-refit-synthesis";
+  s.file = "throwing.yaml";
+  s.fixture = "test_throwing";
+  s.config.set("throw_in", std::string("refit_synthesis"), "throwing.yaml:3:5");
+  s.batch_sizes = {1};
+  s.cycles = {RefitSpec{77, {}, {}, ""}};
+  s.checks = {"replay_diff", "address"};
+  const ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_EQ(r.status, Status::failed) << r.reason;
+  ASSERT_EQ(r.findings.size(), 1u);
+  EXPECT_EQ(r.findings[0].probe, "driver");
+  EXPECT_EQ(r.findings[0].phase, "refit");
+  EXPECT_EQ(r.findings[0].cycle, 1);
+  EXPECT_NE(r.findings[0].message.find("no weights for seed 77"), std::string::npos)
+      << r.findings[0].message;
 }
 
 TEST(DriverFailures, UnknownConfigKeyIsAUserError) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -827,6 +828,51 @@ TEST_F(SafetensorsAccept, ParseInMemoryMatchesOpen) {
   EXPECT_NE(parse_error("").find("safetensors file 'mem': file is 0 bytes"), std::string::npos);
   EXPECT_NE(parse_error(le64(~std::uint64_t{0})).find("absurdly large"), std::string::npos);
   EXPECT_NE(parse_error(le64(9) + "{}").find("past the end of the file"), std::string::npos);
+}
+
+
+// Kilobytes of the process's resident set in the mapping that holds `address` (/proc/self/smaps).
+std::int64_t resident_kb_of_map(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4));
+    }
+  }
+  return -1;
+}
+
+// Note [Released pages]: the pages of a range inside a map leave the resident set and read back
+// the file's bytes; memory outside every map is never touched.
+TEST_F(SafetensorsAccept, ReleasedPagesLeaveTheResidentSetAndReadBackTheFile) {
+  constexpr std::size_t kBytes = std::size_t{4} << 20;
+  std::string data(kBytes, '\0');
+  for (std::size_t i = 0; i < kBytes; ++i) data[i] = static_cast<char>(i * 131 + 7);
+  const std::string header = "{\"w\":{\"dtype\":\"U8\",\"shape\":[" + std::to_string(kBytes) +
+                             "],\"data_offsets\":[0," + std::to_string(kBytes) + "]}}";
+  File file = File::open(put("big.safetensors", image(header, data)), Mapping::copy_on_write);
+  const std::byte* bytes = file.data(file.tensors()[0]);
+  EXPECT_EQ(std::memcmp(bytes, data.data(), kBytes), 0);  // every page touched
+  EXPECT_GE(resident_kb_of_map(bytes), static_cast<std::int64_t>(kBytes >> 10) - 8);
+
+  const std::size_t released = release_mapped_pages(bytes, kBytes);
+  EXPECT_GE(released, kBytes - 2 * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+  EXPECT_LE(resident_kb_of_map(bytes), 8);
+  EXPECT_EQ(std::memcmp(bytes, data.data(), kBytes), 0) << "the released pages read back other bytes";
+
+  // Heap memory lies in no map: left as it is.
+  std::vector<char> heap(data.begin(), data.end());
+  EXPECT_EQ(release_mapped_pages(heap.data(), heap.size()), 0u);
+  EXPECT_EQ(std::memcmp(heap.data(), data.data(), kBytes), 0);
+  // Nor is a map once its File is gone.
+  const std::byte* gone = bytes;
+  file = File::open(put("small.safetensors", image("{}")));  // the big map is unmapped
+  EXPECT_EQ(release_mapped_pages(gone, kBytes), 0u);
 }
 
 }  // namespace

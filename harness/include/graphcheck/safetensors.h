@@ -95,6 +95,13 @@ struct TensorInfo {
   [[nodiscard]] std::int64_t numel() const;
 };
 
+// Note [Released pages]: drops from the process's resident set the pages of [data, data + bytes)
+// that lie wholly inside it, where that range lies in a live map of File::open; they are read
+// back from the file (the page cache, or the disk) the next time they are touched. No-op, and 0,
+// for any other memory. The caller vouches that nobody wrote to those bytes through the map: the
+// pages a copy_on_write map copied on a write would be lost. Returns the bytes released.
+std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept;
+
 // How File::open maps the file. read_only: a write through the map faults. copy_on_write: a
 // private writable map (MAP_PRIVATE): a write copies the page it lands on, and reaches neither the
 // file nor any other map of it (mutable_data()).

@@ -23,6 +23,7 @@
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/safetensors.h"
+#include "support/release_memory.h"
 
 namespace graphcheck {
 
@@ -182,6 +183,7 @@ std::string Driver::checkpoint_for(std::uint64_t seed, PassRun& pass,
     tensors = call_model(pass.phase(), "synthesize_checkpoint()",
                          [&] { return fresh->synthesize_checkpoint(seed); });
   }
+  support::release_free_memory();  // the fresh model's (Note [Freed memory stays resident])
   for (auto& t : tensors) {
     if (t.tensor.defined()) t.tensor = t.tensor.cpu();  // a model on the GPU synthesizes there
   }
@@ -205,6 +207,8 @@ std::string Driver::checkpoint_for(std::uint64_t seed, PassRun& pass,
   } catch (const std::exception& e) {
     throw UserError(fmt::format("cannot write checkpoint '{}': {}", path, e.what()));
   }
+  tensors.clear();
+  support::release_free_memory();  // the synthesized tensors'
   m_checkpoints[seed] = path;
   return path;
 }
@@ -253,6 +257,7 @@ void Driver::setup() {
 }
 
 bool Driver::run_pass(Pass pass) {
+  support::release_free_memory();  // the last pass's models (Note [Freed memory stays resident])
   std::vector<std::unique_ptr<Probe>> owned;
   std::vector<Probe*> probes;
   for (const auto& name : m_scenario.checks) {

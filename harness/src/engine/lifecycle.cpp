@@ -25,6 +25,7 @@
 #include "graphcheck/mutation.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/safetensors.h"
+#include "support/release_memory.h"
 #include "tensor_format.h"
 
 namespace graphcheck::engine {
@@ -80,8 +81,37 @@ void PassRun::run() {
   lifecycle();
 }
 
+// Note [Synthesis before the model]: a generated checkpoint is synthesized on a fresh instance of
+// the model and held whole until it is written. Made lazily at a refit, that is model A, its
+// graphs and its records plus the fresh model and the checkpoint: the run's peak (bench/
+// lifecycle_bench BM_PeakRss). So the first pass synthesizes the scenario's checkpoints before it
+// constructs model A; later passes find them made (Driver::checkpoint_for caches by seed). A
+// synthesis that fails here is left to its own refit, which fails the same way and is reported
+// there, in its cycle and phase. Bucket sweeps (whose seeds depend on the checkpoint's size) and
+// the trainer's refits of a distributed scenario stay lazy.
+void PassRun::presynthesize() {
+  const Scenario& s = scenario();
+  std::vector<std::uint64_t> seeds;
+  if (s.load != LoadFormat::dummy && s.checkpoint.empty()) seeds.push_back(m_driver.seed());
+  if (!m_driver.transport()) {
+    for (const RefitSpec& spec : s.cycles) {
+      const bool synthesized = (spec.kind == CycleKind::refit && !spec.sweep) ||
+                               (spec.kind == CycleKind::sleep && spec.sleep_level == 2 && spec.has_seed);
+      if (synthesized) seeds.push_back(spec.seed + (m_driver.seed() - s.seed));
+    }
+  }
+  for (std::uint64_t seed : seeds) {
+    try {
+      (void)m_driver.checkpoint_for(seed, *this, [&] { return construct_synthesis(); });
+    } catch (const std::exception&) {
+      return;  // reported where the lifecycle meets it
+    }
+  }
+}
+
 void PassRun::lifecycle() {
   const Scenario& s = scenario();
+  presynthesize();
   // construct
   m_phase = Phase::construct;
   begin(&Probe::on_construct_begin, event(Phase::construct));
@@ -213,6 +243,7 @@ void PassRun::run_step(const CycleStep& step) {
   // The last cycle's model B is stale from here on (reference_model() builds this cycle's): freed
   // before this cycle synthesizes its checkpoint, so that the two never share the peak.
   m_reference.reset();
+  support::release_free_memory();
   if (step.kind == CycleKind::sleep) {
     sleep_step(step);
   } else {
@@ -455,6 +486,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     while (auto item = stream_source->next()) unread.push_back(item->name);
   }
   e.streamed = stream.finish();
+  if (!source.tensors && !source.incoming) release_record_pages();
   if (source.incoming) {
     m_driver.keep_received(m_cycle, e.streamed, kernel_format);
     check_transfer(e, kernel_load, unread, source.incoming->checkpoint_format);

@@ -7,6 +7,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +23,7 @@
 #include "graphcheck/hooks.h"
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
+#include "graphcheck/safetensors.h"
 
 namespace graphcheck::engine {
 
@@ -67,6 +70,28 @@ void PassRun::run_pwal(LifecycleModel& model) {
     model.process_weights_after_loading();
     return 0;
   });
+}
+
+// Note [Released pages] (graphcheck/safetensors.h): a record that is still a view of a generated
+// checkpoint's map holds bytes nobody wrote (RecordingStream::finish replaced any the loader wrote
+// or kept with a copy), so its pages can leave the resident set after each read: the ledger then
+// costs the page cache, not the RSS (bench/lifecycle_bench BM_PeakRss). Adjacent records (a
+// checkpoint's tensors lie back to back) go in one call; other memory is left alone.
+void PassRun::release_record_pages() {
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
+  for (const auto* records : {&m_initial_weights, &m_refit_weights}) {
+    for (const auto& [name, t] : *records) {
+      if (!t.defined() || !t.has_storage() || !t.device().is_cpu() || !t.is_contiguous() || t.nbytes() == 0) continue;
+      const auto begin = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+      ranges.emplace_back(begin, begin + t.nbytes());
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 0; i < ranges.size();) {
+    auto [begin, end] = ranges[i];
+    for (++i; i < ranges.size() && ranges[i].first <= end; ++i) end = std::max(end, ranges[i].second);
+    (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(begin), end - begin);
+  }
 }
 
 LifecycleModel& PassRun::reference_model() {
@@ -126,6 +151,7 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
     // records, which later builds read again.
     CloningStream stream(records);
     call_model(m_phase, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
+    release_record_pages();  // read again: out of the resident set until the next read
   }
   call_model(m_phase, fmt::format("{} process_weights_after_loading()", what), [&] {
     torch::NoGradGuard no_grad;

@@ -146,6 +146,8 @@ class PassRun final : public RunContext {
     bool kernel_format = false;  // a received refit that came in the kernel format
   };
   void lifecycle();
+  void presynthesize();
+  void release_record_pages();
   void run_cycles();
   CycleStep& new_step(const RefitSpec& spec);
   void run_step(const CycleStep& step);

@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -412,8 +414,47 @@ File& File::operator=(File&& other) noexcept {
 
 File::~File() { release(); }
 
+namespace {
+
+// The live maps of File::open, [begin, end), for release_mapped_pages.
+struct MapRegistry {
+  std::mutex mutex;
+  std::map<std::uintptr_t, std::uintptr_t> maps;  // begin -> end
+};
+
+MapRegistry& map_registry() {
+  static MapRegistry* registry = new MapRegistry;  // never destroyed: maps may outlive statics
+  return *registry;
+}
+
+}  // namespace
+
+std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  const auto end = begin + bytes;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  MapRegistry& registry = map_registry();
+  std::lock_guard lock(registry.mutex);
+  std::size_t released = 0;
+  // Each map the range meets (two maps can lie side by side), its part of the range.
+  auto it = registry.maps.upper_bound(begin);
+  if (it != registry.maps.begin()) --it;
+  for (; it != registry.maps.end() && it->first < end; ++it) {
+    const std::uintptr_t from = std::max(begin, it->first), to = std::min(end, it->second);
+    const std::uintptr_t first = (from + page - 1) / page * page, last = to / page * page;
+    if (from >= to || first >= last) continue;
+    if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) == 0) released += last - first;
+  }
+  return released;
+}
+
 void File::release() noexcept {
   if (m_map != nullptr && m_mapped) {
+    {
+      MapRegistry& registry = map_registry();
+      std::lock_guard lock(registry.mutex);
+      registry.maps.erase(reinterpret_cast<std::uintptr_t>(m_map));
+    }
     ::munmap(const_cast<std::byte*>(m_map), static_cast<std::size_t>(m_file_size));
   }
   m_map = nullptr;
@@ -442,6 +483,12 @@ File File::open(const std::string& path, Mapping mapping) {
     fail(path, "cannot mmap " + std::to_string(size) + " bytes: " + errno_text(errno));
   file.m_map = static_cast<const std::byte*>(map);  // unmapped by ~File from here on
   file.m_mapped = true;
+  {
+    MapRegistry& registry = map_registry();
+    std::lock_guard lock(registry.mutex);
+    const auto begin = reinterpret_cast<std::uintptr_t>(map);
+    registry.maps[begin] = begin + static_cast<std::uintptr_t>(size);
+  }
   file.m_writable = writable;
   file.m_file_size = size;
   input.close();
