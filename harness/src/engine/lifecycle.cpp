@@ -487,6 +487,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   }
   e.streamed = stream.finish();
   if (!source.tensors && !source.incoming) release_record_pages();
+  support::release_free_memory();  // the storage the loader replaced (Note [Freed memory stays resident])
   if (source.incoming) {
     m_driver.keep_received(m_cycle, e.streamed, kernel_format);
     check_transfer(e, kernel_load, unread, source.incoming->checkpoint_format);

@@ -24,6 +24,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/safetensors.h"
+#include "support/release_memory.h"
 
 namespace graphcheck::engine {
 
@@ -153,6 +154,7 @@ std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
     call_model(m_phase, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
     release_record_pages();  // read again: out of the resident set until the next read
   }
+  support::release_free_memory();  // the clones it copied from, the storage it replaced
   call_model(m_phase, fmt::format("{} process_weights_after_loading()", what), [&] {
     torch::NoGradGuard no_grad;
     model->process_weights_after_loading();

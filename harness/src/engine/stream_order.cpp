@@ -34,6 +34,7 @@
 #include "graphcheck/probe.h"
 #include "graphcheck/safetensors.h"
 #include "poison.h"
+#include "support/release_memory.h"
 #include "tensor_format.h"
 
 namespace graphcheck::engine {
@@ -166,11 +167,26 @@ void PassRun::stream_order() {
     event.load = "refit cycle 1";
     event.cycle = 1;
   }
+  // Views of the file's map, not copies (each model is streamed clones of them): the pass holds
+  // its two models and the page cache, and the views' pages leave the resident set after each
+  // build (Note [Released pages]).
   std::vector<NamedTensor> weights;
   {
     HarnessTime t(m_harness_seconds);
-    weights = read_checkpoint_tensors(path, only);
+    try {
+      SafetensorsWeightStream file(path, only, {}, StreamReads::mapped);
+      while (auto item = file.next()) weights.push_back(std::move(*item));
+    } catch (const safetensors::Error& e) {
+      throw UserError(e.what());
+    }
   }
+  const auto release_pages = [&] {
+    for (const auto& w : weights) {
+      if (w.tensor.defined() && w.tensor.is_contiguous()) {
+        (void)safetensors::release_mapped_pages(w.tensor.data_ptr(), w.tensor.nbytes());
+      }
+    }
+  };
   event.source = fmt::format("checkpoint '{}'", path);
   for (const auto& w : weights) event.canonical.push_back(w.name);
   const auto variants = stream_order_variants(weights, m_driver.seed());
@@ -202,6 +218,8 @@ void PassRun::stream_order() {
       });
     }
     load_stream();
+    release_pages();
+    support::release_free_memory();  // the clones the loader copied from, the storage it replaced
     m_phase = Phase::pwal;
     run_pwal(*model);
     return model;
