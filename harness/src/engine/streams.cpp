@@ -73,6 +73,31 @@ std::int64_t RecordingStream::version_of(const torch::Tensor& t) {
   }
 }
 
+std::optional<NamedTensor> CloningStream::next() {
+  auto item = m_inner.next();
+  if (!item || !item->tensor.defined()) {
+    if (!item) release();
+    return item;
+  }
+  const torch::Tensor source = item->tensor;
+  item->tensor = source.clone();
+  if (source.device().is_cpu() && source.is_contiguous() && source.nbytes() > 0) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(source.data_ptr());
+    const auto end = begin + source.nbytes();
+    if (begin != m_end || m_end - m_begin >= (std::uintptr_t{64} << 20)) {
+      release();
+      m_begin = begin;
+    }
+    m_end = end;
+  }
+  return item;
+}
+
+void CloningStream::release() {
+  if (m_end > m_begin) (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(m_begin), m_end - m_begin);
+  m_begin = m_end = 0;
+}
+
 std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const std::vector<std::string>& prefixes) {
   std::vector<NamedTensor> out;
   try {

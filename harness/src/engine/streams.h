@@ -58,19 +58,24 @@ class RecordingStream final : public WeightStream {
   std::set<std::string> m_seen;
 };
 
-// Yields a clone of each tensor of another stream, made as it is asked for.
+// Yields a clone of each tensor of another stream, made as it is asked for. The pages of a source
+// tensor that is a view of a checkpoint's map leave the resident set once it is cloned (Note
+// [Released pages]): the sources are the harness's read-only records, and a model B built from a
+// mapped ledger then never holds the ledger's pages and its own copy at once. Adjacent sources
+// are released in one call, at least every 64 MiB.
 class CloningStream final : public WeightStream {
  public:
   explicit CloningStream(WeightStream& inner) : m_inner(inner) {}
-  std::optional<NamedTensor> next() override {
-    auto item = m_inner.next();
-    if (item && item->tensor.defined()) item->tensor = item->tensor.clone();
-    return item;
-  }
+  ~CloningStream() override { release(); }
+  CloningStream(const CloningStream&) = delete;
+  CloningStream& operator=(const CloningStream&) = delete;
+  std::optional<NamedTensor> next() override;
   [[nodiscard]] std::string source() const override { return m_inner.source(); }
 
  private:
+  void release();
   WeightStream& m_inner;
+  std::uintptr_t m_begin = 0, m_end = 0;  // the sources cloned since the last release
 };
 
 // Every tensor of a checkpoint file whose name has one of `prefixes` (all when empty), in the
