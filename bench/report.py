@@ -124,7 +124,7 @@ def main(results_dir, out_path):
                 rows.append(("memory", f"{model}: {b.get('error_message', 'error')}", None, "x", "-", None))
                 continue
             add("memory", f"{model}: peak RSS growth ({b['peak_growth_MB']:.0f} MB) vs the model's bytes "
-                f"({b['model_MB']:.0f} MB)", b["rss_over_model"], 3, "<=")
+                f"({b['model_MB']:.0f} MB)", b["rss_over_model"], 2.5, "<=")
 
     timings = os.path.join(results_dir, "suite-times.txt")
     suite = {}
