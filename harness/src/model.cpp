@@ -67,6 +67,16 @@ void walk_modules(torch::nn::Module& module, const std::string& path,
   }
 }
 
+// A module's own parameters as it holds them. parameters_ is protected: read through a pointer to
+// member formed in a derived class (legal for a protected member of a base), which spares the walk
+// named_parameters(false)'s copy of them, an OrderedDict whose every name is copied and hashed
+// (bench/harness_bench BM_AddressSnapshot: 100,000 tensors under 8 modules).
+struct ParameterAccess : torch::nn::Module {
+  static const torch::OrderedDict<std::string, torch::Tensor>& of(const torch::nn::Module& m) {
+    return m.*(&ParameterAccess::parameters_);
+  }
+};
+
 std::string join_path(const std::string& prefix, const std::string& key) {
   if (prefix.empty()) return key;
   std::string name;
@@ -89,11 +99,8 @@ std::vector<CatalogTensor> ModuleCatalog::own_tensors(torch::nn::Module& module,
   std::vector<CatalogTensor> out;
   const TensorAttributes& attrs = m_model.tensor_attributes();
   for (const auto& [m, prefix] : modules) {
-    auto own = m->named_parameters(/*recurse=*/false);
-    for (auto& item : own) {
-      if (item.value().defined()) {
-        out.push_back({join_path(prefix, item.key()), std::move(item.value()), TensorKind::parameter});
-      }
+    for (const auto& item : ParameterAccess::of(*m)) {
+      if (item.value().defined()) out.push_back({join_path(prefix, item.key()), item.value(), TensorKind::parameter});
     }
   }
   for (const auto& [m, prefix] : modules) {
