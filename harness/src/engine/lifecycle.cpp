@@ -397,6 +397,7 @@ void PassRun::refit_step(const CycleStep& step) {
   m_phase = Phase::refit;
   end(&Probe::on_refit_end, e);
   if (m_pass == Pass::poison) poison_fill(PoisonFillEvent::Kind::orphans, step);
+  release_record_pages();  // the poison probe reads the records as expected values
 }
 
 // ---- loads ----------------------------------------------------------------------------------
@@ -506,6 +507,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   // could not place is the transfer probe's to name.
   if (!kernel_format) check_loaded(stream.seen(), e.loaded, refit, e.source);
   end(&Probe::on_load_end, e);
+  release_record_pages();  // the census reads the records as expected values
 }
 
 void PassRun::load_dummy() {
