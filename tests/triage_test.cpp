@@ -127,4 +127,44 @@ TEST(Triage, APluginProbesFindingGroupsByItsTensorAndAnEmptyRecordHasNoCause) {
   EXPECT_EQ(causes[0].probes, (std::vector<std::string>{"address", "my_probe"}));
 }
 
+// Rank 1 skips PWAL on refit (dist_tp2's py.tp.last_rank_skips_pwal_on_refit): its hooks did not
+// run, so the scale they derive is stale there and the ranks hold the "replicated" scale
+// differently. The replicated difference is the symptom; the cause is the missed hook, and an
+// address finding in the same module (another mechanism) stays a cause of its own.
+TEST(Triage, AHookMissedOnARankLeadsTheStateItsModuleHoldsDifferently) {
+  gc::ScenarioRecord r;
+  for (int cycle = 1; cycle <= 2; ++cycle) {
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::string module = "layers." + std::to_string(layer);
+      r.findings.push_back(finding("hooks", "observe", cycle, "finalize_scales on " + module,
+                                   {{"rank", "1"}, {"hook", "finalize_scales"}, {"module", module},
+                                    {"load", "refit cycle " + std::to_string(cycle)}, {"calls_in_this_load", "0"}}));
+    }
+  }
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string t = "layers." + std::to_string(layer) + ".mlp.act_scale";
+    r.findings.push_back(finding("ranks", "observe", 1, t, {{"tensor", t}, {"fingerprints", "rank 0 1a; rank 1 2b"}}));
+  }
+  r.findings.push_back(finding("ranks", "observe", 1, "finalize_scales",
+                               {{"hook", "finalize_scales"}, {"module", "layers.0"}, {"ranks", "1"},
+                                {"differences", "finalize_scales@layers.0 (rank 0 1, rank 1 0); finalize_scales@layers.1 (rank 0 1, rank 1 0)"}}));
+  r.findings.push_back(finding("address", "observe", 2, "layers.1.mlp.w", {{"rank", "1"}, {"tensor", "layers.1.mlp.w"}}));
+  const auto causes = gc::session::triage(r, "x");
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[0].subject, "layers.1.mlp.w");  // the address finding: another mechanism
+  const gc::Cause& c = causes[1];
+  EXPECT_EQ(c.findings.size(), 7u);
+  EXPECT_EQ(r.findings[c.findings.front()].probe, "hooks");
+  EXPECT_EQ(c.subject, "hook 'finalize_scales'");
+  EXPECT_NE(c.summary.find("does not run on the refit cycle 1, refit cycle 2"), std::string::npos) << c.summary;
+  EXPECT_NE(c.summary.find("on rank 1 (cycles 1, 2)"), std::string::npos) << c.summary;
+
+  // A replicated difference in a module whose hooks all ran, or from a cycle before the miss,
+  // is not the hook's.
+  gc::ScenarioRecord early = r;
+  early.findings.push_back(finding("ranks", "observe", 0, "layers.0.mlp.bias", {{"tensor", "layers.0.mlp.bias"}, {"fingerprints", "x"}}));
+  early.findings.push_back(finding("ranks", "observe", 1, "embed.scale", {{"tensor", "embed.scale"}, {"fingerprints", "x"}}));
+  EXPECT_EQ(gc::session::triage(early, "x").size(), 4u);
+}
+
 }  // namespace

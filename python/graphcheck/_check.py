@@ -68,7 +68,9 @@ class Record:
                          f"({len(self.findings)} finding{'' if len(self.findings) == 1 else 's'}):")
             for k, c in enumerate(causes, 1):
                 lines.append(f"  CAUSE {k}: {c.get('summary')}")
-                lines.append(f"      first seen in cycle {c.get('first_cycle')}; rerun: {c.get('repro')}")
+                first = c.get("first_cycle")
+                seen = "at the initial load (cycle 0)" if first == 0 else f"in cycle {first}"
+                lines.append(f"      first seen {seen}; rerun: {c.get('repro')}")
             lines.append("  every finding:")
         for f in self.findings:
             where = f"{f.get('pass', '')}/{f.get('phase', '')}"

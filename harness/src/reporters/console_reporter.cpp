@@ -80,7 +80,7 @@ void ConsoleReporter::on_scenario_done(const ScenarioRecord& r) {
     for (std::size_t k = 0; k < r.causes.size(); ++k) {
       const Cause& c = r.causes[k];
       fmt::print(m_out, "     CAUSE {}: {}\n", k + 1, c.summary);
-      fmt::print(m_out, "          first seen in cycle {}; rerun: {}\n", c.first_cycle, c.repro);
+      fmt::print(m_out, "          first seen {}; rerun: {}\n", report::first_seen(c), c.repro);
       if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
         print_finding(r.findings[c.findings.front()], "          ");
       }

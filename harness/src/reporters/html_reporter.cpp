@@ -311,7 +311,7 @@ std::string scenario_html(const ScenarioRecord& r, std::size_t index, bool open)
     for (std::size_t k = 0; k < r.causes.size(); ++k) {
       const Cause& c = r.causes[k];
       h += fmt::format("<div class=\"cause\"><div class=\"summary\"><b>{}.</b> {}</div>", k + 1, esc(c.summary));
-      h += fmt::format("<div class=\"where\">first seen in cycle {} · rerun: <code>{}</code></div>", c.first_cycle,
+      h += fmt::format("<div class=\"where\">first seen {} · rerun: <code>{}</code></div>", report::first_seen(c),
                        esc(c.repro));
       if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
         h += finding_html(r.findings[c.findings.front()], true);

@@ -95,7 +95,7 @@ std::string junit_report(const RunRecord& run) {
         std::string body;
         for (std::size_t k = 0; k < r->causes.size(); ++k) {
           const Cause& c = r->causes[k];
-          body += fmt::format("cause {}: {}\n  first seen in cycle {}; rerun: {}\n", k + 1, c.summary, c.first_cycle,
+          body += fmt::format("cause {}: {}\n  first seen {}; rerun: {}\n", k + 1, c.summary, report::first_seen(c),
                               c.repro);
         }
         if (!r->causes.empty()) body += "\nfindings:\n";

@@ -105,7 +105,7 @@ void failure_section(std::string& md, const ScenarioRecord& r) {
     md += fmt::format("**{}**:\n\n", report::causes_heading(r));
     for (std::size_t k = 0; k < r.causes.size(); ++k) {
       const Cause& c = r.causes[k];
-      md += fmt::format("{}. {}  \n   first seen in cycle {} · rerun: {}\n\n", k + 1, text_with_code(c.summary), c.first_cycle,
+      md += fmt::format("{}. {}  \n   first seen {} · rerun: {}\n\n", k + 1, text_with_code(c.summary), report::first_seen(c),
                         code(c.repro));
       if (!c.findings.empty() && c.findings.front() < r.findings.size()) {
         finding(r.findings[c.findings.front()], "   ", "   ");

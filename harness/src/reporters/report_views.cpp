@@ -226,6 +226,10 @@ std::string corroboration(const ScenarioRecord& record, const Cause& cause) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+std::string first_seen(const Cause& cause) {
+  return cause.first_cycle == 0 ? std::string("at the initial load (cycle 0)") : fmt::format("in cycle {}", cause.first_cycle);
+}
+
 std::string causes_heading(const ScenarioRecord& record) {
   return fmt::format("{} cause{} ({} finding{})", record.causes.size(), record.causes.size() == 1 ? "" : "s",
                      record.findings.size(), record.findings.size() == 1 ? "" : "s");

@@ -60,6 +60,8 @@ struct SpanRow {
 // The findings a cause groups besides its primary, counted per probe: "address ×5, coverage ×12"
 // ("" when there are none).
 [[nodiscard]] std::string corroboration(const ScenarioRecord& record, const Cause& cause);
+// "in cycle 2", "at the initial load (cycle 0)": where a cause was first seen.
+[[nodiscard]] std::string first_seen(const Cause& cause);
 // "1 cause" / "3 causes" (of N findings).
 [[nodiscard]] std::string causes_heading(const ScenarioRecord& record);
 

@@ -9,6 +9,9 @@
 //    cause tag such as "host value baked", the driver's own failure) join findings into one cause;
 //  - weak names (the tensors that differ from model B) attach a finding to a cause that names one
 //    of them strongly, or to a hook's cause whose module holds it; otherwise they form a cause;
+//  - a hook that did not run (on a rank, in a load) takes in the value findings of the tensors
+//    its module holds from that cycle on, and leads them (Note [Missed hooks explain their
+//    module's state]);
 //  - a finding that names nothing (a stale replay, a NaN output, memory growth) joins the leading
 //    cause of its cycle, else the leading cause.
 // The primary finding of a cause is the most specific probe's (the driver's failure, then the
@@ -336,6 +339,72 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
     return best;
   };
 
+  // Note [Missed hooks explain their module's state]: a hook that did not run in a load (a rank
+  // that skipped PWAL, a PWAL that was not called) leaves the tensors it derives stale. Their
+  // value findings (a replicated tensor the ranks hold differently, outputs that differ from model
+  // B, a coverage gap, a poisoned replay) are its symptoms, from its first cycle on, on its ranks:
+  // their groups join the hook's, which leads. Findings that name another mechanism (an address,
+  // the census, the stream order) stay causes of their own.
+  const auto missed = [&](const Finding& f) {
+    return (f.probe == "hooks" && has_evidence(f, "calls_in_this_load")) ||
+           (f.probe == "ranks" && has_evidence(f, "hook") && has_evidence(f, "differences"));
+  };
+  std::set<std::size_t> explaining;  // the missed-hook findings that took in another group
+  {
+    const auto symptom = [&](const Finding& f) {
+      return f.probe == "replay_diff" || f.probe == "coverage" || f.probe == "poison" || f.probe == "memory" ||
+             (f.probe == "ranks" && has_evidence(f, "fingerprints"));
+    };
+    // The modules each missed hook was not run on ("layers.0"; a cross-rank difference lists
+    // "hook@module" pairs), with its rank and cycle.
+    struct Miss {
+      std::size_t finding;
+      std::vector<std::string> modules;
+      std::string rank;
+    };
+    std::vector<Miss> misses;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!missed(findings[i])) continue;
+      Miss m{i, {}, evidence_of(findings[i], "rank")};
+      if (const std::string module = evidence_of(findings[i], "module"); !module.empty()) m.modules.push_back(module);
+      for (const auto& item : split_list(evidence_of(findings[i], "differences"))) {
+        if (const auto at = item.find('@'); at != std::string::npos) m.modules.push_back(item.substr(at + 1));
+      }
+      misses.push_back(std::move(m));
+    }
+    std::map<std::size_t, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (is_strong(i)) groups[find(i)].push_back(i);
+    }
+    for (const auto& [root, members] : groups) {
+      if (std::any_of(members.begin(), members.end(), [&](std::size_t i) { return missed(findings[i]); })) continue;
+      if (!std::all_of(members.begin(), members.end(), [&](std::size_t i) {
+            return symptom(findings[i]) && !names[i].tensors.empty();
+          })) {
+        continue;
+      }
+      // The earliest miss, on the group's ranks, no later than the group, whose modules hold every
+      // tensor the group names.
+      std::optional<std::size_t> by;
+      for (const Miss& m : misses) {
+        const bool explains = std::all_of(members.begin(), members.end(), [&](std::size_t i) {
+          const std::string rank = evidence_of(findings[i], "rank");
+          if (findings[m.finding].cycle > findings[i].cycle) return false;
+          if (!m.rank.empty() && !rank.empty() && rank != m.rank) return false;
+          return std::all_of(names[i].tensors.begin(), names[i].tensors.end(), [&](const std::string& t) {
+            return std::any_of(m.modules.begin(), m.modules.end(), [&](const std::string& module) {
+              return t.size() > module.size() && t.compare(0, module.size() + 1, module + ".") == 0;
+            });
+          });
+        });
+        if (explains && (!by || findings[m.finding].cycle < findings[*by].cycle)) by = m.finding;
+      }
+      if (!by) continue;
+      unite(root, *by);
+      explaining.insert(*by);
+    }
+  }
+
   // Weak-only findings: to a strong group that names one of their tensors, or whose hook's module
   // holds one; else together by their tensors.
   {
@@ -409,6 +478,16 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
   std::vector<Cause> causes;
   for (auto& [root, members] : groups) {
     std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) { return better(a, b); });
+    // Note [Missed hooks explain their module's state]: the hook leads the symptoms it took in.
+    if (std::any_of(members.begin(), members.end(), [&](std::size_t i) { return explaining.count(i) > 0; })) {
+      // The hooks probe's own finding where there is one: it names the load and the rank.
+      auto hook = std::find_if(members.begin(), members.end(),
+                               [&](std::size_t i) { return missed(findings[i]) && findings[i].probe == "hooks"; });
+      if (hook == members.end()) {
+        hook = std::find_if(members.begin(), members.end(), [&](std::size_t i) { return missed(findings[i]); });
+      }
+      std::rotate(members.begin(), hook, hook + 1);
+    }
     const Finding& primary = findings[members.front()];
     Cause c;
     c.findings = members;
