@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/streams.h"
 #include "graphcheck/model.h"
 #include "graphcheck/safetensors.h"
 #include "torch_compat.h"
@@ -856,6 +858,70 @@ TEST(CheckpointMapping, TransposedEntryIsSeenInTheCheckpointsOrientation) {
   // Model B's tensor, through the same entry.
   const torch::Tensor other = torch::randn({6, 2});
   EXPECT_TRUE(torch::equal(whole.region_of(other), other.t()));
+}
+
+// Kilobytes of the process's resident set in the mapping that holds `address` (/proc/self/smaps).
+std::int64_t resident_kb_of_map(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4));
+    }
+  }
+  return -1;
+}
+
+// Note [Settled as the load goes]: the records a loader let go settle while it streams, and
+// their pages leave the resident set before the load ends; a record the loader wrote is read
+// again, one it keeps is copied at the end, and each holds the checkpoint's bytes.
+TEST_F(CheckpointFileTest, RecordsSettleAsTheLoadGoesAndTheirPagesLeaveTheResidentSet) {
+  constexpr std::int64_t kElements = std::int64_t{1} << 20;  // 4 MiB each
+  std::vector<NamedTensor> tensors;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    tensors.push_back({name, torch::arange(kElements, torch::kFloat32) * static_cast<float>(name[0])});
+  }
+  const std::string path = path_of("four.safetensors");
+  save_checkpoint(path, tensors, {}, st::Durability::scratch);
+  SafetensorsWeightStream source(path, {}, {}, StreamReads::mapped);
+  std::map<std::string, torch::Tensor> into;
+  double harness = 0;
+  engine::RecordingStream stream(source, into, harness, /*copy=*/false, [&](const std::string& name) {
+    for (const auto& t : tensors) {
+      if (t.name == name) return t.tensor.clone();
+    }
+    throw std::logic_error(name);
+  });
+  torch::Tensor live = torch::empty({kElements});
+  auto a = stream.next();  // copied into a parameter, then let go
+  live.copy_(a->tensor);
+  const void* map = a->tensor.data_ptr();
+  a.reset();
+  auto b = stream.next();  // written in place (a loader that scales what it is streamed)
+  b->tensor.mul_(2);
+  b.reset();
+  auto c = stream.next();  // kept
+  const torch::Tensor kept = c->tensor;
+  c.reset();
+  auto d = stream.next();
+  live.copy_(d->tensor);
+  d.reset();
+  EXPECT_FALSE(stream.next());
+  EXPECT_EQ(stream.settled_early(), 3u);  // a, b and d; c is held
+  // Only the kept tensor's pages (and at most a page at each edge) are resident before finish().
+  EXPECT_LE(resident_kb_of_map(map), 4096 + 16);
+  EXPECT_GE(resident_kb_of_map(map), 4096 - 16);
+
+  const auto streamed = stream.finish();
+  ASSERT_EQ(streamed.size(), 4u);
+  for (const auto& t : tensors) EXPECT_TRUE(same_bytes(t.tensor, into.at(t.name))) << t.name;
+  EXPECT_TRUE(same_bytes(tensors[2].tensor, kept));
+  EXPECT_NE(into.at("c").data_ptr(), kept.data_ptr());  // the kept one is copied
+  EXPECT_NE(into.at("b").data_ptr(), tensors[1].tensor.data_ptr());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <ATen/record_function.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -13,6 +14,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -284,17 +287,79 @@ RecaptureDiff compare_signatures(const std::vector<OpSignature>& captured, const
   return d;
 }
 
+// Note [Pooled constants]: the tracer records every scalar an op is passed as a constant node of
+// its own (narrow(w, 0, 0, 8) adds three), so a forward over n tensors holds several constants per
+// tensor, and the interpreter's Code holds the graph a second time: 150 MB per batch size at
+// 10,000 tensors. Constants of equal type and bits share one node at the head of the graph. Model
+// tensors (each its own address) and the tracer's wrapped numbers keep their nodes; a constant
+// that is not a plain scalar, string, device or list of them is left as it is. Op order, and so
+// the recapture signature (which skips constants), is unchanged.
+std::optional<std::string> pool_key(const torch::jit::Node* node) {
+  if (!node->hasAttribute(c10::attr::value)) return "None";
+  if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) return std::nullopt;
+  const auto value = torch::jit::toIValue(node->output());
+  if (!value) return std::nullopt;
+  const auto bits = [](double d) {
+    std::uint64_t u = 0;
+    std::memcpy(&u, &d, sizeof(u));
+    return u;
+  };
+  std::string key = node->output()->type()->str() + "|";
+  if (value->isNone()) return key + "None";
+  if (value->isBool()) return key + (value->toBool() ? "1" : "0");
+  if (value->isInt()) return key + std::to_string(value->toInt());
+  if (value->isDouble()) return key + std::to_string(bits(value->toDouble()));
+  if (value->isString()) return key + value->toStringRef();
+  if (value->isDevice()) return key + value->toDevice().str();
+  if (value->isIntList()) return key + fmt::format("{}", fmt::join(value->toIntVector(), ","));
+  if (value->isBoolList()) {
+    for (bool b : value->toBoolList()) key += b ? '1' : '0';
+    return key;
+  }
+  if (value->isDoubleList()) {
+    for (double d : value->toDoubleVector()) key += std::to_string(bits(d)) + ",";
+    return key;
+  }
+  return std::nullopt;
+}
+
+void pool_constants(torch::jit::Graph& graph) {
+  std::map<std::string, torch::jit::Value*> pooled;
+  torch::jit::Node* head = nullptr;  // the pooled constants lie before the first other node
+  for (auto it = graph.block()->nodes().begin(); it != graph.block()->nodes().end();) {
+    torch::jit::Node* node = *it;
+    ++it;
+    if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) continue;
+    const std::optional<std::string> key = pool_key(node);
+    if (!key) continue;
+    const auto [at, fresh] = pooled.try_emplace(*key, node->output());
+    if (fresh) {
+      torch::jit::Node* front = graph.block()->nodes().front();
+      if (head == nullptr) {
+        if (node != front) node->moveBefore(front);
+      } else if (node->prev() != head) {
+        node->moveAfter(head);
+      }
+      head = node;
+      continue;
+    }
+    node->output()->replaceAllUsesWith(at->second);
+    node->destroy();
+  }
+}
+
 class EmulatedGraph final : public CapturedGraph {
  public:
-  EmulatedGraph(std::int64_t batch_size, std::shared_ptr<torch::jit::Graph> graph,
+  // The graph is compiled into Code (which keeps a copy of its own) and its signature taken;
+  // only those are kept.
+  EmulatedGraph(std::int64_t batch_size, const std::shared_ptr<torch::jit::Graph>& graph,
                 TensorList inputs, TensorList outputs, std::vector<GraphRead> reads)
       : m_batch_size(batch_size),
-        m_graph(std::move(graph)),
-        m_code(m_graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
+        m_code(graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
         m_inputs(std::move(inputs)),
         m_outputs(std::move(outputs)),
         m_reads(std::move(reads)),
-        m_signature(signature_of(*m_graph)) {}
+        m_signature(signature_of(*graph)) {}
 
   [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
   [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
@@ -317,7 +382,6 @@ class EmulatedGraph final : public CapturedGraph {
 
  private:
   std::int64_t m_batch_size;
-  std::shared_ptr<torch::jit::Graph> m_graph;
   torch::jit::Code m_code;
   TensorList m_inputs;
   TensorList m_outputs;
@@ -390,6 +454,7 @@ class EmulatedBackend final : public GraphBackend {
     for (auto& v : trace.outputs) static_outputs.push_back(v.toTensor().clone());
     std::vector<GraphRead> reads;
     pin_constants(trace.state->graph->block(), reads);
+    pool_constants(*trace.state->graph);
     return std::make_unique<EmulatedGraph>(batch_size, trace.state->graph, std::move(inputs),
                                            std::move(static_outputs), std::move(reads));
   }

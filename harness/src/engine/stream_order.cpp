@@ -9,7 +9,9 @@
 // in contiguous buckets sent last first (a sharded checkpoint's files, a sync's buckets), and
 // compares every live tensor after PWAL with the canonical load's. Each model starts from the same
 // global RNG seed, so that randomness a model draws in its hooks is not taken for order. The
-// pass holds the streamed weights and two models (the canonical one and the current variant).
+// pass holds one model at a time while the orders agree: the canonical model leaves only the
+// fingerprints of its live tensors, and is built again beside a variant only when that variant's
+// fingerprints differ, to say which elements differ and by how much.
 
 #include <fmt/format.h>
 #include <torch/types.h>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "counting_allocator.h"
+#include "fingerprint.h"
 #include "engine/driver.h"
 #include "engine/errors.h"
 #include "engine/pass_run.h"
@@ -224,7 +227,25 @@ void PassRun::stream_order() {
     run_pwal(*model);
     return model;
   };
+  // What each live tensor holds, by name: dtype, shape and the fingerprint of its bytes.
+  const auto prints_of = [](LifecycleModel& model) {
+    std::map<std::string, std::string> out;
+    for (const auto& t : graphcheck::live_tensors(model)) {
+      std::string print = "undefined";
+      if (t.tensor.defined()) {
+        print = fmt::format("{} {}", c10::toString(t.tensor.scalar_type()), shape_string(t.tensor.sizes()));
+        if (t.tensor.numel() > 0 && t.tensor.layout() == c10::kStrided && !t.tensor.is_meta()) {
+          print += fmt::format(" {:016x}", fingerprint(t.tensor));
+        }
+      }
+      out.emplace(t.name, std::move(print));
+    }
+    return out;
+  };
   std::unique_ptr<LifecycleModel> canonical = build(weights, "canonical");
+  const std::map<std::string, std::string> canonical_prints = prints_of(*canonical);
+  canonical.reset();  // one model at a time while the orders agree
+  support::release_free_memory();
   for (const auto& [name, order] : variants) {
     StreamOrderVariant v;
     v.order = name;
@@ -235,7 +256,10 @@ void PassRun::stream_order() {
       v.names.push_back(weights[i].name);
     }
     std::unique_ptr<LifecycleModel> model = build(stream_order, name);
-    v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
+    if (prints_of(*model) != canonical_prints) {
+      if (!canonical) canonical = build(weights, "canonical");
+      v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
+    }
     event.variants.push_back(std::move(v));
   }
   measure(PhaseEvent{}, "gc/stream_order/orders", static_cast<double>(variants.size()), "orders");

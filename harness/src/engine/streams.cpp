@@ -15,16 +15,18 @@
 namespace graphcheck::engine {
 
 std::optional<NamedTensor> RecordingStream::next() {
+  if (!m_copy) settle_pending();
   std::optional<NamedTensor> item;
   {
     // The checkpoint's tensors are the harness's memory, not the model's: the records keep them.
     UncountedScope uncounted;
     item = m_inner.next();
   }
+  if (!item) release_pages();  // the stream has ended: what settled goes now, not at finish()
   if (item) {
     HarnessTime t(m_harness);
     UncountedScope uncounted;  // the harness's copy, not the model's memory
-    Recorded r{{item->name, m_copy ? item->tensor.clone() : item->tensor}, 0, 0, 0};
+    Recorded r{{item->name, m_copy ? item->tensor.clone() : item->tensor}, 0, 0, 0, false};
     if (!m_copy && r.item.tensor.defined()) {
       r.version = version_of(r.item.tensor);
       r.print = fingerprint(r.item.tensor);
@@ -32,31 +34,74 @@ std::optional<NamedTensor> RecordingStream::next() {
       // or rebinds a parameter onto it (set_data) adds one.
       r.storage_refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
     }
+    if (!m_copy && r.item.tensor.defined()) m_pending.push_back(m_recorded.size());
     m_recorded.push_back(std::move(r));
     m_seen.insert(item->name);
   }
   return item;
 }
 
+bool RecordingStream::settle(Recorded& r, bool force) {
+  torch::Tensor& tensor = r.item.tensor;
+  // Kept: a handle to the same tensor besides ours (the loader stored the item, or still holds
+  // it), or another tensor on its storage (a view, a parameter rebound onto it).
+  const bool kept = tensor.use_count() > 1 || (tensor.has_storage() && tensor.storage().use_count() > r.storage_refs);
+  if (kept && !force) return false;
+  const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
+  const torch::Tensor before = tensor;
+  if (written && m_reread) {
+    tensor = m_reread(r.item.name);
+  } else if (written || kept) {
+    tensor = tensor.clone();
+  }
+  r.settled = true;
+  // Note [Settled as the load goes]: a map's pages nobody holds any more (ours unwritten, or the
+  // loader's written copies, now replaced) can go. A kept tensor's pages stay: the loader reads them.
+  if (!force && before.device().is_cpu() && before.is_contiguous() && before.nbytes() > 0) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(before.data_ptr());
+    if (begin != m_end || m_end - m_begin >= (std::uintptr_t{64} << 20)) {
+      release_pages();
+      m_begin = begin;
+    }
+    m_end = begin + before.nbytes();
+  }
+  return true;
+}
+
+void RecordingStream::settle_pending() {
+  if (m_pending.empty()) return;
+  HarnessTime t(m_harness);
+  UncountedScope uncounted;
+  std::vector<std::size_t> still;
+  for (std::size_t i : m_pending) {
+    if (settle(m_recorded[i], /*force=*/false)) {
+      ++m_settled_early;
+    } else {
+      still.push_back(i);
+    }
+  }
+  // A loader that keeps what it is streamed (to combine it later) settles in finish(): only the
+  // last few records are looked at again, so that each next() costs O(1).
+  constexpr std::size_t kWindow = 8;
+  if (still.size() > kWindow) still.erase(still.begin(), still.end() - static_cast<std::ptrdiff_t>(kWindow));
+  m_pending = std::move(still);
+}
+
+void RecordingStream::release_pages() {
+  if (m_end > m_begin) (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(m_begin), m_end - m_begin);
+  m_begin = m_end = 0;
+}
+
 std::vector<NamedTensor> RecordingStream::finish() {
   HarnessTime t(m_harness);
   UncountedScope uncounted;
+  release_pages();
+  m_pending.clear();
   std::vector<NamedTensor> streamed;
   streamed.reserve(m_recorded.size());
   for (Recorded& r : m_recorded) {
     torch::Tensor& tensor = r.item.tensor;
-    if (!m_copy && tensor.defined()) {
-      const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
-      // Kept: a handle to the same tensor besides ours (the loader stored the item), or another
-      // tensor on its storage (a view, a parameter rebound onto it).
-      const bool kept = tensor.use_count() > 1 ||
-                        (tensor.has_storage() && tensor.storage().use_count() > r.storage_refs);
-      if (written && m_reread) {
-        tensor = m_reread(r.item.name);
-      } else if (written || kept) {
-        tensor = tensor.clone();
-      }
-    }
+    if (!m_copy && tensor.defined() && !r.settled) (void)settle(r, /*force=*/true);
     m_into[r.item.name] = tensor;
     if (m_superseded) m_superseded->erase(r.item.name);
     streamed.push_back(std::move(r.item));

@@ -24,6 +24,13 @@ namespace graphcheck::engine {
 // fresh read from the source where the loader wrote into the streamed tensor (its version counter
 // or its content moved), a clone where the loader kept a reference to it (a later PWAL could write
 // into it). A stream of tensors the harness holds elsewhere (`copy`) is cloned as it streams.
+//
+// Note [Settled as the load goes]: a record the loader no longer holds (it copied the tensor into
+// its parameter and dropped it) can be settled when the next tensors are asked for, before the
+// load ends: nobody can write to it or keep it any more. A settled view of a generated
+// checkpoint's map then leaves the resident set at once (Note [Released pages]), so that a load
+// never holds the whole checkpoint's pages beside the model; the pages a loader wrote (copied on
+// write) go too, once the record holds a fresh read. Records still held settle in finish().
 class RecordingStream final : public WeightStream {
  public:
   using Reread = std::function<torch::Tensor(const std::string&)>;
@@ -39,6 +46,8 @@ class RecordingStream final : public WeightStream {
 
   // After load_weights() returned: settles the records (see above) and returns them in stream order.
   std::vector<NamedTensor> finish();
+  // The records settled before the load ended (Note [Settled as the load goes]), for tests.
+  [[nodiscard]] std::size_t settled_early() const { return m_settled_early; }
 
  private:
   struct Recorded {
@@ -46,8 +55,19 @@ class RecordingStream final : public WeightStream {
     std::int64_t version = 0;
     std::uint64_t print = 0;
     std::size_t storage_refs = 0;
+    bool settled = false;
   };
   static std::int64_t version_of(const torch::Tensor& t);
+  // Settles r unless someone besides the record holds it (or `force`): a fresh read or a copy
+  // where the loader wrote or kept it. Returns whether it settled.
+  bool settle(Recorded& r, bool force);
+  // Note [Settled as the load goes]: the records of the last few next() calls, settled where
+  // the loader has let them go, their pages released.
+  void settle_pending();
+  void release_pages();
+  std::vector<std::size_t> m_pending;             // indices into m_recorded, not settled yet
+  std::uintptr_t m_begin = 0, m_end = 0;          // settled map bytes not released yet
+  std::size_t m_settled_early = 0;
   WeightStream& m_inner;
   std::map<std::string, torch::Tensor>& m_into;
   double& m_harness;
