@@ -165,6 +165,15 @@ TEST(Triage, AHookMissedOnARankLeadsTheStateItsModuleHoldsDifferently) {
   early.findings.push_back(finding("ranks", "observe", 0, "layers.0.mlp.bias", {{"tensor", "layers.0.mlp.bias"}, {"fingerprints", "x"}}));
   early.findings.push_back(finding("ranks", "observe", 1, "embed.scale", {{"tensor", "embed.scale"}, {"fingerprints", "x"}}));
   EXPECT_EQ(gc::session::triage(early, "x").size(), 4u);
+
+  // Nor is a finding of another rank (the cross-rank finding lists its ranks), or of a cycle whose
+  // load ran the hook again.
+  gc::ScenarioRecord other = r;
+  other.findings.push_back(finding("poison", "poison", 1, "layers.0.mlp.kv_scale",
+                                   {{"rank", "0"}, {"tensor", "layers.0.mlp.kv_scale"}}));
+  other.findings.push_back(finding("poison", "poison", 3, "layers.1.mlp.q_scale",
+                                   {{"rank", "1"}, {"tensor", "layers.1.mlp.q_scale"}}));
+  EXPECT_EQ(gc::session::triage(other, "x").size(), 4u);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 //  - weak names (the tensors that differ from model B) attach a finding to a cause that names one
 //    of them strongly, or to a hook's cause whose module holds it; otherwise they form a cause;
 //  - a hook that did not run (on a rank, in a load) takes in the value findings of the tensors
-//    its module holds from that cycle on, and leads them (Note [Missed hooks explain their
+//    its module holds in that cycle, on its ranks, and leads them (Note [Missed hooks explain their
 //    module's state]);
 //  - a finding that names nothing (a stale replay, a NaN output, memory growth) joins the leading
 //    cause of its cycle, else the leading cause.
@@ -342,9 +342,10 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
   // Note [Missed hooks explain their module's state]: a hook that did not run in a load (a rank
   // that skipped PWAL, a PWAL that was not called) leaves the tensors it derives stale. Their
   // value findings (a replicated tensor the ranks hold differently, outputs that differ from model
-  // B, a coverage gap, a poisoned replay) are its symptoms, from its first cycle on, on its ranks:
-  // their groups join the hook's, which leads. Findings that name another mechanism (an address,
-  // the census, the stream order) stay causes of their own.
+  // B, a coverage gap, a poisoned replay) are its symptoms in that cycle (the next load's PWAL
+  // derives them again) and on its ranks: their groups join the hook's, which leads. Findings
+  // that name another mechanism (an address, the census, the stream order) stay causes of their
+  // own.
   const auto missed = [&](const Finding& f) {
     return (f.probe == "hooks" && has_evidence(f, "calls_in_this_load")) ||
            (f.probe == "ranks" && has_evidence(f, "hook") && has_evidence(f, "differences"));
@@ -360,18 +361,40 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
     struct Miss {
       std::size_t finding;
       std::vector<std::string> modules;
-      std::string rank;
+      std::set<std::string> ranks;  // empty: the rank is not known
     };
     std::vector<Miss> misses;
     for (std::size_t i = 0; i < n; ++i) {
       if (!missed(findings[i])) continue;
-      Miss m{i, {}, evidence_of(findings[i], "rank")};
+      Miss m{i, {}, {}};
       if (const std::string module = evidence_of(findings[i], "module"); !module.empty()) m.modules.push_back(module);
       for (const auto& item : split_list(evidence_of(findings[i], "differences"))) {
         if (const auto at = item.find('@'); at != std::string::npos) m.modules.push_back(item.substr(at + 1));
       }
+      // The hooks probe's "rank"; the cross-rank finding's "ranks", a list ("1, 3").
+      std::string ranks = evidence_of(findings[i], "rank") + "," + evidence_of(findings[i], "ranks");
+      for (std::size_t at = 0; at <= ranks.size();) {
+        const std::size_t comma = std::min(ranks.find(',', at), ranks.size());
+        std::string r = ranks.substr(at, comma - at);
+        r.erase(0, r.find_first_not_of(' '));
+        r.erase(r.find_last_not_of(' ') + 1);
+        if (!r.empty()) m.ranks.insert(r);
+        at = comma + 1;
+      }
       misses.push_back(std::move(m));
     }
+    // A miss explains a finding of its own cycle (the next load's PWAL derives the state again),
+    // on its ranks, whose tensors its modules hold.
+    const auto explains = [&](const Miss& m, std::size_t i) {
+      if (findings[m.finding].cycle != findings[i].cycle) return false;
+      const std::string rank = evidence_of(findings[i], "rank");
+      if (!m.ranks.empty() && !rank.empty() && m.ranks.count(rank) == 0) return false;
+      return std::all_of(names[i].tensors.begin(), names[i].tensors.end(), [&](const std::string& t) {
+        return std::any_of(m.modules.begin(), m.modules.end(), [&](const std::string& module) {
+          return t.size() > module.size() && t.compare(0, module.size() + 1, module + ".") == 0;
+        });
+      });
+    };
     std::map<std::size_t, std::vector<std::size_t>> groups;
     for (std::size_t i = 0; i < n; ++i) {
       if (is_strong(i)) groups[find(i)].push_back(i);
@@ -383,22 +406,18 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
           })) {
         continue;
       }
-      // The earliest miss, on the group's ranks, no later than the group, whose modules hold every
-      // tensor the group names.
+      // Every finding of the group explained by a miss; the group joins the earliest of them.
       std::optional<std::size_t> by;
-      for (const Miss& m : misses) {
-        const bool explains = std::all_of(members.begin(), members.end(), [&](std::size_t i) {
-          const std::string rank = evidence_of(findings[i], "rank");
-          if (findings[m.finding].cycle > findings[i].cycle) return false;
-          if (!m.rank.empty() && !rank.empty() && rank != m.rank) return false;
-          return std::all_of(names[i].tensors.begin(), names[i].tensors.end(), [&](const std::string& t) {
-            return std::any_of(m.modules.begin(), m.modules.end(), [&](const std::string& module) {
-              return t.size() > module.size() && t.compare(0, module.size() + 1, module + ".") == 0;
-            });
-          });
-        });
-        if (explains && (!by || findings[m.finding].cycle < findings[*by].cycle)) by = m.finding;
+      bool all = true;
+      for (std::size_t i : members) {
+        const auto m = std::find_if(misses.begin(), misses.end(), [&](const Miss& miss) { return explains(miss, i); });
+        if (m == misses.end()) {
+          all = false;
+          break;
+        }
+        if (!by || findings[m->finding].cycle < findings[*by].cycle) by = m->finding;
       }
+      if (!all) by.reset();
       if (!by) continue;
       unite(root, *by);
       explaining.insert(*by);
