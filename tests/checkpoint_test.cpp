@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -31,6 +30,7 @@
 #include "torch_compat.h"
 
 #include "temp_dir_test.h"
+#include "resident_memory.h"
 
 namespace graphcheck {
 namespace {
@@ -860,21 +860,7 @@ TEST(CheckpointMapping, TransposedEntryIsSeenInTheCheckpointsOrientation) {
   EXPECT_TRUE(torch::equal(whole.region_of(other), other.t()));
 }
 
-// Kilobytes of the process's resident set in the mapping that holds `address` (/proc/self/smaps).
-std::int64_t resident_kb_of_map(const void* address) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<std::uintptr_t>(address);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long begin = 0, end = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
-      inside = begin <= at && at < end;
-    } else if (inside && line.rfind("Rss:", 0) == 0) {
-      return std::stoll(line.substr(4));
-    }
-  }
-  return -1;
-}
+using graphcheck::testing::resident_kb_of_map;
 
 // Note [Settled as the load goes]: the records a loader let go settle while it streams, and
 // their pages leave the resident set before the load ends; a record the loader wrote is read

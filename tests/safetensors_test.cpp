@@ -3,6 +3,7 @@
 // GRAPHCHECK_TESTDATA_DIR names the folder of files written by the reference implementation
 // (see its README.md): every tensor has shape [6] holding range(-3, 3) cast to its dtype.
 #include "graphcheck/safetensors.h"
+#include "resident_memory.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -831,21 +832,7 @@ TEST_F(SafetensorsAccept, ParseInMemoryMatchesOpen) {
 }
 
 
-// Kilobytes of the process's resident set in the mapping that holds `address` (/proc/self/smaps).
-std::int64_t resident_kb_of_map(const void* address) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<std::uintptr_t>(address);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long begin = 0, end = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find('-') < line.find(' ')) {
-      inside = begin <= at && at < end;
-    } else if (inside && line.rfind("Rss:", 0) == 0) {
-      return std::stoll(line.substr(4));
-    }
-  }
-  return -1;
-}
+using graphcheck::testing::resident_kb_of_map;
 
 // Note [Released pages]: the pages of a range inside a map leave the resident set and read back
 // the file's bytes; memory outside every map is never touched.
