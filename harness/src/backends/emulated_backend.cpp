@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "address_index.h"
+#include "backends/static_copy.h"
 #include "counting_allocator.h"
 #include "tensor_format.h"
 
@@ -377,7 +378,7 @@ class EmulatedGraph final : public CapturedGraph {
     // The static output buffers keep their addresses, as with a CUDA graph.
     for (std::size_t i = 0; i < stack.size(); ++i) {
       TORCH_CHECK(stack[i].isTensor(), "graphcheck: output ", i, " of the replay is not a tensor");
-      m_outputs[i].copy_(stack[i].toTensor());
+      copy_static(m_outputs[i], stack[i].toTensor());
     }
   }
 

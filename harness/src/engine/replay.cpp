@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/static_copy.h"
 #include "output_diff.h"
 #include "counting_allocator.h"
 #include "engine/driver.h"
@@ -82,7 +83,7 @@ void PassRun::write_inputs(CapturedGraph& graph, const TensorList& inputs) {
                                       c10::toString(statics[i].scalar_type()),
                                       shape_string(statics[i].sizes())));
     }
-    statics[i].copy_(inputs[i]);
+    copy_static(statics[i], inputs[i]);
   }
 }
 
