@@ -3,7 +3,8 @@
 //    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
 //  - fingerprint of a transposed (non-contiguous) view vs memcpy;
 //  - address snapshot (live_tensors + AddressIndex) and read resolution for 100 .. 100,000
-//    tensors, 8 and 512 modules deep (ns_per_tensor);
+//    tensors, 8 and 512 modules deep (ns_per_tensor), and the floor under any snapshot that
+//    lists named tensors (BM_AddressFloor: copying each name and handle);
 //  - emulated replay vs eager forward per fixture (replay_over_eager).
 // Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
@@ -190,6 +191,33 @@ void BM_AddressSnapshot(benchmark::State& state) {
       static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_AddressSnapshot)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// The floor under a snapshot that lists its tensors by name: a copy of each live tensor's name and
+// handle from a list built beforehand, and a read of its data pointer and size, with no walk, no
+// index and no sorting. At 512 modules deep every name is a kilobyte and more, and at 100,000
+// tensors the copies leave the caches: the floor's own growth from 1,000 to 100,000 tensors is
+// what the memory hierarchy charges any snapshot of named tensors (bench/run.sh prints it beside
+// the snapshot's).
+void BM_AddressFloor(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  auto model = synthetic(state.range(0), state.range(1));
+  const std::vector<gc::NamedTensor> live = gc::live_tensors(*model);
+  for (auto _ : state) {
+    std::vector<gc::NamedTensor> copy;
+    copy.reserve(live.size());
+    std::uintptr_t sum = 0;
+    for (const auto& t : live) {
+      copy.push_back(t);
+      sum += reinterpret_cast<std::uintptr_t>(copy.back().tensor.data_ptr()) + copy.back().tensor.nbytes();
+    }
+    benchmark::DoNotOptimize(sum);
+    benchmark::DoNotOptimize(copy.data());
+  }
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(live.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AddressFloor)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
 
 // Resolving one interior pointer per tensor against the index.
 void BM_AddressResolve(benchmark::State& state) {

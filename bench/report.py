@@ -90,6 +90,14 @@ def main(results_dir, out_path):
             if 1000 in counts and counts[-1] > 1000:
                 add(f"{kind.lower()} (ns per tensor)", f"linearity: {counts[-1]} vs 1000 tensors, depth {depth}",
                     per[(counts[-1], depth)] / per[(1000, depth)], 1.5, "<=")
+                # The floor's own growth over the same counts (BM_AddressFloor): what copying the
+                # names and handles alone costs more per tensor once they leave the caches.
+                floor = {n: by_name.get(f"BM_AddressFloor/{n}/{depth}", {}).get("ns_per_tensor") for n in (1000, counts[-1])}
+                if kind == "AddressSnapshot" and all(floor.values()):
+                    rows.append((f"{kind.lower()} (ns per tensor)",
+                                 f"floor (copying names and handles, no target): {floor[counts[-1]]:.0f} ns at "
+                                 f"{counts[-1]}, linearity {floor[counts[-1]] / floor[1000]:.2f}x, depth {depth}",
+                                 None, "", "-", None))
 
     for b in benchmarks:
         if b["name"].startswith("BM_ReplayVsEager/"):
