@@ -33,6 +33,7 @@
 #include <set>
 
 #include "graphcheck/probe.h"
+#include "graphcheck/safetensors.h"
 #include "poison.h"
 #include "tensor_format.h"
 
@@ -43,8 +44,9 @@ struct Poisoned {
   CheckpointEntry entry;
   std::string load;         // "the initial checkpoint load", "bucket 'qk' of refit cycle 3"
   std::optional<double> dummy_value;
-  torch::Tensor survivors;  // after the load: bool mask over the region's elements
-  std::int64_t count = 0;
+  bool scanned = false;     // after the load
+  std::int64_t count = 0;   // elements the load left poisoned
+  torch::Tensor survivors;  // bool mask over the region's elements, only where count > 0
 };
 
 class CensusProbe final : public EmptyProbe {
@@ -83,7 +85,8 @@ class CensusProbe final : public EmptyProbe {
     for (auto& entry : ctx.checkpoint_layout()) now.emplace(entry.checkpoint, entry.region);
     std::int64_t rebound = 0;
     for (Poisoned& p : m_pending) {
-      if (p.survivors.defined() || p.load != describe(e)) continue;
+      if (p.scanned || p.load != describe(e)) continue;
+      p.scanned = true;
       const torch::Tensor& t = p.entry.region;
       // A loader that rebinds the name to the loaded tensor (set_data, or a new parameter)
       // wrote nothing into the poisoned memory, and needs not: nothing reads it any more. Before
@@ -91,7 +94,6 @@ class CensusProbe final : public EmptyProbe {
       auto current = now.find(p.entry.checkpoint);
       if (current == now.end() || !current->second.defined() || !current->second.has_storage() ||
           current->second.data_ptr() != t.data_ptr()) {
-        p.survivors = torch::zeros({t.numel()}, torch::kBool);
         p.count = 0;
         ++rebound;
         continue;
@@ -103,8 +105,17 @@ class CensusProbe final : public EmptyProbe {
       } else if (p.dummy_value) {
         expected = torch::full(t.sizes(), *p.dummy_value, t.options());
       }
-      p.survivors = survivor_mask(t, expected);
-      p.count = p.survivors.sum().item<std::int64_t>();
+      // Note [Census memory]: a count first, and a mask only for a tensor the load left
+      // poisoned. Masks for every tensor (a byte per element, held until PWAL ends) cost a
+      // quarter to a half of the model's bytes on a clean run. The expected value is the
+      // streamed record, a view of the checkpoint's map: its pages leave the resident set once
+      // read, so that the scan never holds the whole checkpoint's (safetensors.h, Note [Released
+      // pages]; a no-op for a record that is not a map's).
+      p.count = count_survivors(t, expected).count;
+      if (p.count > 0) p.survivors = survivor_mask(t, expected);
+      if (expected.defined() && expected.device().is_cpu() && expected.is_contiguous() && expected.nbytes() > 0) {
+        (void)safetensors::release_mapped_pages(expected.data_ptr(), expected.nbytes());
+      }
     }
     if (rebound > 0) ctx.measure(e, "gc/census/rebound_by_loader", static_cast<double>(rebound), "tensors");
   }
@@ -138,7 +149,7 @@ class CensusProbe final : public EmptyProbe {
     m_pending.clear();
     std::int64_t findings = 0;
     for (Poisoned& p : pending) {
-      if (!p.survivors.defined() || p.count == 0) continue;
+      if (!p.scanned || p.count == 0) continue;
       const torch::Tensor& t = p.entry.region;
       // Still poison after PWAL: NaN in a float dtype, else the sentinel byte.
       torch::Tensor still = poison_is_nan(t.scalar_type())
