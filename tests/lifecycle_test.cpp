@@ -1,6 +1,8 @@
 // Unit tests for the pieces behind the hooks and memory probes and the dummy load format.
 
 #include <gtest/gtest.h>
+#define XXH_INLINE_ALL  // the reference digest: this translation unit's own build of XXH3
+#include <xxhash.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -13,6 +15,8 @@
 #include "counting_allocator.h"
 #include "dummy_loader.h"
 #include "fingerprint.h"
+#include "fingerprint_bytes.h"
+#include "xxh3_wide.h"
 #include "glob.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
@@ -68,6 +72,23 @@ TEST(Fingerprint, ChunkedViewsHashLikeTheirContiguousCopy) {
   torch::Tensor changed = base.clone();
   changed[1023][699] = -1;
   EXPECT_NE(fingerprint(base.t()), fingerprint(changed.t()));
+}
+
+// The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the
+// AVX2 one where the CPU has it (xxh3_wide.h), in blocks with prefetching above 256 KiB, the
+// SSE2 one of this translation unit's inlined xxhash otherwise.
+TEST(Fingerprint, ContiguousBytesHashToXxh3sDigestOnEveryKernel) {
+  const torch::Tensor bytes = torch::randint(0, 256, {(3 << 20) + 7}, torch::kUInt8);
+  const auto* data = bytes.data_ptr<std::uint8_t>();
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097},
+                        std::size_t{1} << 18, (std::size_t{1} << 18) + 1, std::size_t{3} << 20,
+                        (std::size_t{3} << 20) + 7}) {
+    const std::uint64_t want = XXH3_64bits(data, n);
+    EXPECT_EQ(fingerprint_bytes(data, n), want) << n << " bytes";
+    if (detail::xxh3_avx2_available()) {
+      EXPECT_EQ(detail::xxh3_avx2(data, n), want) << n << " bytes, AVX2";
+    }
+  }
 }
 
 TEST(ByteScan, CountsElementsThatHoldThePatternWhereTheExpectedValueDoesNot) {
