@@ -6,6 +6,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdint>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <memory>
 #include <vector>
 
@@ -55,6 +59,39 @@ std::uint64_t hash_contiguous(const void* data, std::size_t bytes) {
   return XXH3_64bits_digest(state.get());
 }
 
+// The gather's inner step for 4-byte elements: 4x4 blocks moved by four loads, a register
+// transpose and four stores, not sixteen of each (the scalar gather ran at 0.2-0.3x memcpy on a
+// transposed float matrix). Rows [0, returned) of the tile are written when `width` is a
+// multiple of 4; the caller gathers the rest element by element.
+template <class U>
+std::int64_t transpose_4x4_blocks(const U* src, std::int64_t col_stride, U* dst, std::int64_t pitch, std::int64_t n,
+                                  std::int64_t width) {
+#if defined(__SSE2__)
+  static_assert(sizeof(U) == 4);
+  if (width % 4 != 0) return 0;
+  const std::int64_t rows = n / 4 * 4;
+  for (std::int64_t k = 0; k < rows; k += 4) {
+    for (std::int64_t c = 0; c < width; c += 4) {
+      // Columns c..c+3, elements k..k+3 of each: four runs of the storage.
+      const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (c + 0) * col_stride + k));
+      const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (c + 1) * col_stride + k));
+      const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (c + 2) * col_stride + k));
+      const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (c + 3) * col_stride + k));
+      const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+      const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (k + 0) * pitch + c), _mm_unpacklo_epi64(t0, t1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (k + 1) * pitch + c), _mm_unpackhi_epi64(t0, t1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (k + 2) * pitch + c), _mm_unpacklo_epi64(t2, t3));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (k + 3) * pitch + c), _mm_unpackhi_epi64(t2, t3));
+    }
+  }
+  return rows;
+#else
+  (void)src, (void)col_stride, (void)dst, (void)pitch, (void)n, (void)width;
+  return 0;
+#endif
+}
+
 // A 2-D view whose rows run down the columns of its storage (stride(0) == 1: a transposed weight,
 // or a column slice of one), element type U. Rows are gathered `block` at a time, each column's
 // `block` elements read as one run (a cache line), so that every line of the storage is read
@@ -85,7 +122,9 @@ std::uint64_t hash_column_major(const torch::Tensor& t) {
           for (std::int64_t k = 0; k < n; k += kLine) __builtin_prefetch(src + (kLine + c) * col_stride + k);
         }
       }
-      for (std::int64_t k = 0; k < n; ++k) {
+      std::int64_t k = 0;
+      if constexpr (sizeof(U) == 4) k = transpose_4x4_blocks(src, col_stride, out + c0, pitch, n, width);
+      for (; k < n; ++k) {
         U* dst = out + k * pitch + c0;
         for (std::int64_t c = 0; c < width; ++c) dst[c] = src[c * col_stride + k];
       }
