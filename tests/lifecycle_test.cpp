@@ -125,6 +125,27 @@ TEST(ByteScan, CountsAcrossBlocks) {
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 50'000, 2, 0xFF), 49'999);
 }
 
+// Against an expected value, at every width: every element a hit (the byte scan's counters fill
+// and are emptied many times), an odd length (a tail after the last whole line), and elements
+// the expected value also holds the pattern in, which must not count.
+TEST(ByteScan, CountsAgainstAnExpectedValueAcrossBlocksAndTails) {
+  const std::int64_t bytes = 1'000'003;
+  std::vector<std::uint8_t> data(bytes, 0xFF), expected(bytes, 0x00);
+  for (std::int64_t i = 0; i < bytes; i += 1000) expected[i] = 0xFF;
+  for (std::size_t width : {1, 2, 4, 8}) {
+    const std::int64_t n = bytes / static_cast<std::int64_t>(width);
+    std::int64_t excused = 0;  // elements whose expected value holds the pattern in every byte
+    for (std::int64_t i = 0; i < n; ++i) {
+      bool all = true;
+      for (std::size_t b = 0; b < width; ++b) all = all && expected[i * width + b] == 0xFF;
+      excused += all;
+    }
+    std::int64_t first = -2;
+    EXPECT_EQ(scan::count_pattern(data.data(), expected.data(), n, width, 0xFF, &first), n - excused) << width;
+    EXPECT_EQ(first, width == 1 ? 1 : 0) << width;
+  }
+}
+
 TEST(SyntheticFill, SameKeySameValuesOtherKeyOtherValues) {
   std::vector<float> a(1001), b(1001), c(1001);
   synth::fill_uniform(a.data(), a.size(), synth::stream_key(7, 0), 1.0f);
