@@ -32,8 +32,7 @@ AddressIndex::AddressIndex(std::vector<NamedTensor> tensors) : m_tensors(std::mo
   }
 }
 
-std::optional<AddressHit> AddressIndex::resolve(const void* address, std::size_t bytes) const {
-  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+const AddressIndex::Range* AddressIndex::find(std::uintptr_t begin, std::size_t bytes) const {
   const std::uintptr_t end = begin + std::max<std::size_t>(bytes, 1);
   // Ranges starting at or before `begin`; walk back while one of them can still reach `end`.
   auto it = std::upper_bound(m_ranges.begin(), m_ranges.end(), begin,
@@ -53,29 +52,38 @@ std::optional<AddressHit> AddressIndex::resolve(const void* address, std::size_t
     const Range& r = m_ranges[i];
     if (r.begin <= begin && end <= r.end && better(r)) best = &r;
   }
+  return best;
+}
+
+std::optional<AddressHit> AddressIndex::resolve(const void* address, std::size_t bytes) const {
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const Range* best = find(begin, bytes);
   if (!best) return std::nullopt;
   AddressHit hit;
   const NamedTensor& t = m_tensors[best->order];
   hit.name = t.name;
   hit.tensor = t.tensor;
   hit.offset = static_cast<std::int64_t>(begin - best->begin);
-  hit.whole = bytes > 0 && best->begin == begin && best->end == end;
+  hit.whole = bytes > 0 && best->begin == begin && best->end - best->begin == bytes;
   return hit;
+}
+
+bool AddressIndex::resolve_into(const void* address, std::size_t bytes, ResolvedRead& read) const {
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const Range* best = find(begin, bytes);
+  if (!best) return false;
+  read.name = m_tensors[best->order].name;
+  read.offset = static_cast<std::int64_t>(begin - best->begin);
+  read.whole = bytes > 0 && best->begin == begin && best->end - best->begin == bytes;
+  return true;
 }
 
 std::vector<ResolvedRead> resolve_reads(const std::vector<GraphRead>& reads,
                                         const AddressIndex& index) {
-  std::vector<ResolvedRead> out;
-  out.reserve(reads.size());
-  for (const GraphRead& read : reads) {
-    ResolvedRead r;
-    r.read = read;
-    if (auto hit = index.resolve(read.address, read.bytes)) {
-      r.name = hit->name;
-      r.offset = hit->offset;
-      r.whole = hit->whole;
-    }
-    out.push_back(std::move(r));
+  std::vector<ResolvedRead> out(reads.size());
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    out[i].read = reads[i];
+    index.resolve_into(reads[i].address, reads[i].bytes, out[i]);
   }
   return out;
 }

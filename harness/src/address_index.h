@@ -27,6 +27,9 @@ class AddressIndex {
   // The tensor that [address, address + bytes) falls in: among those containing the whole range,
   // one that covers it exactly, else the smallest, else the first listed. bytes 0: the address.
   [[nodiscard]] std::optional<AddressHit> resolve(const void* address, std::size_t bytes) const;
+  // The same lookup, written into a graph's read: the name, offset and whole flag only (no
+  // tensor handle, one copy of the name). False, `read` untouched, where nothing covers it.
+  bool resolve_into(const void* address, std::size_t bytes, ResolvedRead& read) const;
   [[nodiscard]] std::size_t size() const { return m_ranges.size(); }
 
  private:
@@ -35,6 +38,7 @@ class AddressIndex {
     std::uintptr_t end = 0;  // one past the last byte
     std::size_t order = 0;   // position in the input list (m_tensors)
   };
+  [[nodiscard]] const Range* find(std::uintptr_t begin, std::size_t bytes) const;
   std::vector<NamedTensor> m_tensors;
   std::vector<Range> m_ranges;             // sorted by begin
   std::vector<std::uintptr_t> m_max_end;   // max end over m_ranges[0..i]
