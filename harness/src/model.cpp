@@ -128,6 +128,9 @@ std::vector<CatalogTensor> ModuleCatalog::own_tensors(torch::nn::Module& module,
   }
   ModulePaths prefix(modules);
   std::vector<CatalogTensor> out;
+  std::size_t parameters = 0;  // reserved up front: growing by doubling moved each entry once more
+  for (const ModuleNode& node : modules) parameters += ParameterAccess::of(*node.module).size();
+  out.reserve(parameters);
   const TensorAttributes& attrs = m_model.tensor_attributes();
   for (std::size_t i = 0; i < modules.size(); ++i) {
     for (const auto& item : ParameterAccess::of(*modules[i].module)) {
