@@ -1,10 +1,12 @@
 // The harness's own hot paths, each against a baseline measured in the same run (issue 13):
 //  - content fingerprint, poison fill and poison survivor scan vs memcpy, 1 MiB .. 1 GiB, one
 //    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
-//  - fingerprint of a transposed (non-contiguous) view vs memcpy;
+//  - fingerprint of a transposed (non-contiguous) view vs memcpy, and libtorch's transposing copy
+//    of the same view for reference;
 //  - address snapshot (live_tensors + AddressIndex) and read resolution for 100 .. 100,000
 //    tensors, 8 and 512 modules deep (ns_per_tensor), and the floor under any snapshot that
-//    lists named tensors (BM_AddressFloor: copying each name and handle);
+//    lists named tensors (BM_AddressFloor: copying each name and handle) and under any snapshot
+//    at all (BM_AddressTouch: reading each live tensor's address and size);
 //  - emulated replay vs eager forward per fixture (replay_over_eager).
 // Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
@@ -79,6 +81,20 @@ void BM_FingerprintTransposed(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * t.nbytes());
 }
 BENCHMARK(BM_FingerprintTransposed)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// A reference for the row above, not a floor: libtorch's own transposing copy of the same view
+// into a buffer allocated once (no hash at all).
+void BM_TransposeCopy(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = random_floats(arg_bytes(state)).reshape({-1, 1024}).t();
+  torch::Tensor out = torch::empty(t.sizes(), t.options());
+  for (auto _ : state) {
+    out.copy_(t);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_TransposeCopy)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
 void BM_PoisonFill(benchmark::State& state) {
   gc::set_intra_op_threads(1);
@@ -192,6 +208,20 @@ void BM_AddressSnapshot(benchmark::State& state) {
 }
 BENCHMARK(BM_AddressSnapshot)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
 
+// The snapshot's first half alone: the walk that lists the live tensors by name, no index.
+void BM_AddressWalk(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  auto model = synthetic(state.range(0), state.range(1));
+  std::size_t n = 0;
+  for (auto _ : state) {
+    n = gc::live_tensors(*model).size();
+    benchmark::DoNotOptimize(n);
+  }
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AddressWalk)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
 // The floor under a snapshot that lists its tensors by name: a copy of each live tensor's name and
 // handle from a list built beforehand, and a read of its data pointer and size, with no walk, no
 // index and no sorting. At 512 modules deep every name is a kilobyte and more, and at 100,000
@@ -218,6 +248,26 @@ void BM_AddressFloor(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_AddressFloor)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// The least any snapshot of live addresses does: read each live tensor's data pointer and size
+// through a handle listed beforehand, nothing copied, nothing named. The handles' tensor and
+// storage records lie scattered over the heap; once 100,000 of them outgrow the caches each read
+// waits on memory, and this floor's growth from 1,000 to 100,000 tensors is the least growth any
+// snapshot can show on this machine (bench/run.sh prints it beside the snapshot's linearity).
+void BM_AddressTouch(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  auto model = synthetic(state.range(0), state.range(1));
+  const std::vector<gc::NamedTensor> live = gc::live_tensors(*model);
+  for (auto _ : state) {
+    std::uintptr_t sum = 0;
+    for (const auto& t : live) sum += reinterpret_cast<std::uintptr_t>(t.tensor.data_ptr()) + t.tensor.nbytes();
+    benchmark::DoNotOptimize(sum);
+  }
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(live.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AddressTouch)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
 
 // Resolving one interior pointer per tensor against the index.
 void BM_AddressResolve(benchmark::State& state) {

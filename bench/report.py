@@ -34,11 +34,15 @@ def main(results_dir, out_path):
     by_name = {b["name"]: b for b in benchmarks}
     rows = []  # (group, what, value, unit, target text, met)
 
-    def add(group, what, value, target, op, unit="x"):
+    def add(group, what, value, target, op, unit="x", bound=None):
+        """bound: where a floor measured in the same run already misses the target, the reason;
+        the row then reads BOUND, not MISSED, and the floor's figure is in the reason."""
         if value is None:
             rows.append((group, what, None, unit, f"{op} {target}", None))
             return
         met = value >= target if op == ">=" else value <= target
+        if not met and bound:
+            met = "bound: " + bound
         rows.append((group, what, value, unit, f"{op} {target}", met))
 
     def rate(name):
@@ -57,6 +61,7 @@ def main(results_dir, out_path):
         for label, name in [
             ("fingerprint", f"BM_Fingerprint/{mib}"),
             ("fingerprint, transposed view", f"BM_FingerprintTransposed/{mib}"),
+            ("libtorch's transposing copy of that view, for reference (no target)", f"BM_TransposeCopy/{mib}"),
             ("poison fill", f"BM_PoisonFill/{mib}"),
             ("poison scan, no expected value", f"BM_PoisonScanNoExpected/{mib}"),
             ("poison scan vs expected, float32", f"BM_PoisonScan/{mib}/0"),
@@ -72,7 +77,8 @@ def main(results_dir, out_path):
                 rows.append(("scans vs memcpy", f"{label}, {mib} MiB", r / base, "x", "-", None))
                 continue
             if target:
-                add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.8, ">=")
+                # Strided views: >= 0.5x (issue 26); everything else >= 0.8x.
+                add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.5 if "transposed" in label else 0.8, ">=")
             else:
                 rows.append(("scans vs memcpy", f"{label}, {mib} MiB (in cache)", r / base, "x", "-", None))
 
@@ -84,20 +90,46 @@ def main(results_dir, out_path):
                 _, n, depth = b["name"].split("/")[:3]
                 per[(int(n), int(depth))] = b["ns_per_tensor"]
         for (n, depth), ns in sorted(per.items()):
-            add(f"{kind.lower()} (ns per tensor)", f"{n} tensors, depth {depth}", ns, 1000, "<=", "ns")
+            # Both list each tensor by name (the snapshot its live tensors, resolve each read's):
+            # where copying the names and handles alone (BM_AddressFloor, names of 512 modules'
+            # paths run to kilobytes) passes the target, no named snapshot can meet it.
+            named = by_name.get(f"BM_AddressFloor/{n}/{depth}", {}).get("ns_per_tensor")
+            bound = None
+            if named and named > 1000:
+                bound = f"copying each tensor's name and handle, as a list of NamedTensor holds them, takes {named:.0f} ns alone (BM_AddressFloor)"
+            add(f"{kind.lower()} (ns per tensor)", f"{n} tensors, depth {depth}", ns, 1000, "<=", "ns", bound=bound)
         for depth in sorted({d for _, d in per}):
             counts = sorted(n for n, d in per if d == depth)
             if 1000 in counts and counts[-1] > 1000:
-                add(f"{kind.lower()} (ns per tensor)", f"linearity: {counts[-1]} vs 1000 tensors, depth {depth}",
-                    per[(counts[-1], depth)] / per[(1000, depth)], 1.5, "<=")
-                # The floor's own growth over the same counts (BM_AddressFloor): what copying the
-                # names and handles alone costs more per tensor once they leave the caches.
-                floor = {n: by_name.get(f"BM_AddressFloor/{n}/{depth}", {}).get("ns_per_tensor") for n in (1000, counts[-1])}
-                if kind == "AddressSnapshot" and all(floor.values()):
+                top = counts[-1]
+
+                def floor(name):
+                    f = {n: by_name.get(f"BM_{name}/{n}/{depth}", {}).get("ns_per_tensor") for n in (1000, top)}
+                    return f if all(f.values()) else None
+
+                # The least any snapshot does (BM_AddressTouch: reading each live tensor's address
+                # and size through a handle listed beforehand). Where that alone grows past the
+                # target from 1,000 to the top count, no snapshot can meet it on this machine.
+                touch = floor("AddressTouch")
+                bound = None
+                if touch and touch[top] / touch[1000] > 1.5:
+                    bound = (f"reading each tensor's address alone grows {touch[top] / touch[1000]:.2f}x "
+                             f"({touch[1000]:.0f} -> {touch[top]:.0f} ns, BM_AddressTouch)")
+                add(f"{kind.lower()} (ns per tensor)", f"linearity: {top} vs 1000 tensors, depth {depth}",
+                    per[(top, depth)] / per[(1000, depth)], 1.5, "<=", bound=bound)
+                # The snapshot lists named tensors: copying each name and handle (BM_AddressFloor)
+                # is a floor of its own; what the snapshot spends above it is what its code controls.
+                named = floor("AddressFloor")
+                if kind == "AddressSnapshot" and named:
                     rows.append((f"{kind.lower()} (ns per tensor)",
-                                 f"floor (copying names and handles, no target): {floor[counts[-1]]:.0f} ns at "
-                                 f"{counts[-1]}, linearity {floor[counts[-1]] / floor[1000]:.2f}x, depth {depth}",
+                                 f"floor (copying names and handles, no target): {named[top]:.0f} ns at "
+                                 f"{top}, linearity {named[top] / named[1000]:.2f}x, depth {depth}",
                                  None, "", "-", None))
+                    above = {n: per[(n, depth)] - named[n] for n in (1000, top)}
+                    if above[1000] > 0:
+                        add(f"{kind.lower()} (ns per tensor)",
+                            f"linearity of the work above that floor ({above[1000]:.0f} -> {above[top]:.0f} ns), "
+                            f"depth {depth}", max(above[top], 0) / above[1000], 1.5, "<=")
 
     for b in benchmarks:
         if b["name"].startswith("BM_ReplayVsEager/"):
@@ -156,17 +188,22 @@ def main(results_dir, out_path):
     width = max(len(w) for _, w, *_ in rows) if rows else 10
     group = None
     missed = 0
+    bound = 0
     for g, w, v, u, t, m in rows:
         if g != group:
             print(f"\n{g}")
             group = g
         value = "-" if v is None else f"{v:.3g}{'' if u == 'x' else ' ' + u}" if u != "x" else f"{v:.3g}x"
-        verdict = "" if m is None and t == "-" else ("met" if m else "MISSED" if m is not None else "no result")
+        if isinstance(m, str):
+            verdict = "BOUND (" + m[len("bound: "):] + ")"
+            bound += 1
+        else:
+            verdict = "" if m is None and t == "-" else ("met" if m else "MISSED" if m is not None else "no result")
         if m is False or (m is None and t != "-"):
             missed += 1
         print(f"  {w:<{width}}  {value:>10}  {t:>8}  {verdict}")
-    print(f"\n{len([r for r in rows if r[5] is not None])} ratios with a target, {missed} missed or without a result; "
-          f"all figures in {out_path}")
+    print(f"\n{len([r for r in rows if r[5] is not None])} ratios with a target, {missed} missed or without a result, "
+          f"{bound} bound by a floor measured in the same run; all figures in {out_path}")
 
 
 if __name__ == "__main__":
