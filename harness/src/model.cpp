@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 #include "dummy_loader.h"
 #include "synthetic_fill.h"
@@ -65,24 +66,28 @@ std::string join_path(const std::string& prefix, const std::string& key) {
 }
 
 // `root` and its submodules in libtorch's preorder (named_modules()), each with its parent's
-// position and its own key. Paths are built only for the modules that hold tensors (and their
-// ancestors, whose paths theirs extend): building every module's path would cost the square of
-// the depth in characters, allocated and freed on every snapshot (bench/harness_bench
+// position and its rank among its siblings. Keys and paths are looked up only for the modules that
+// hold tensors (and their ancestors, whose paths theirs extend): building every module's path
+// would cost the square of the depth in characters, and named_children() copies a module's
+// children, keys and all, into a fresh OrderedDict, on every snapshot (bench/harness_bench
 // BM_AddressSnapshot, 100 tensors spread over the top of 512 nested modules: 2.8 -> 1.1 us a
-// tensor).
+// tensor for the paths).
 struct ModuleNode {
   torch::nn::Module* module = nullptr;
   std::size_t parent = 0;  // the root's is itself
-  std::string key;         // the name under its parent; "" for the root
+  std::size_t rank = 0;    // its position in its parent's children()
 };
 
-void walk_modules(torch::nn::Module& module, std::size_t parent, std::string key, std::vector<ModuleNode>& out) {
+void walk_modules(torch::nn::Module& module, std::size_t parent, std::size_t rank, std::vector<ModuleNode>& out) {
   const std::size_t self = out.size();
-  out.push_back({&module, out.empty() ? 0 : parent, std::move(key)});
-  for (const auto& child : module.named_children()) walk_modules(*child.value(), self, child.key(), out);
+  out.push_back({&module, out.empty() ? 0 : parent, rank});
+  std::size_t child_rank = 0;
+  // children() in named_children()'s order, without the keys.
+  for (const auto& child : module.children()) walk_modules(*child, self, child_rank++, out);
 }
 
-// The dotted paths of a walk's modules, each built once from its parent's when first asked for.
+// The dotted paths of a walk's modules, each built once from its parent's when first asked for;
+// a parent's keys fetched once, when the first of its children needs one.
 class ModulePaths {
  public:
   explicit ModulePaths(const std::vector<ModuleNode>& nodes) : m_nodes(nodes), m_paths(nodes.size()) {
@@ -95,14 +100,21 @@ class ModulePaths {
     std::size_t i = index;
     for (; !m_paths[i]; i = m_nodes[i].parent) chain.push_back(i);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      m_paths[*it] = join_path(*m_paths[m_nodes[*it].parent], m_nodes[*it].key);
+      m_paths[*it] = join_path(*m_paths[m_nodes[*it].parent], key(*it));
     }
     return *m_paths[index];
   }
 
  private:
+  const std::string& key(std::size_t index) {
+    const ModuleNode& node = m_nodes[index];
+    auto it = m_keys.find(node.parent);
+    if (it == m_keys.end()) it = m_keys.emplace(node.parent, m_nodes[node.parent].module->named_children()).first;
+    return it->second[node.rank].key();
+  }
   const std::vector<ModuleNode>& m_nodes;
   std::vector<std::optional<std::string>> m_paths;
+  std::unordered_map<std::size_t, torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>> m_keys;
 };
 
 // A module's own parameters as it holds them. parameters_ is protected: read through a pointer to
@@ -122,9 +134,9 @@ struct ParameterAccess : torch::nn::Module {
 std::vector<CatalogTensor> ModuleCatalog::own_tensors(torch::nn::Module& module, bool recurse) {
   std::vector<ModuleNode> modules;
   if (recurse) {
-    walk_modules(module, 0, "", modules);
+    walk_modules(module, 0, 0, modules);
   } else {
-    modules.push_back({&module, 0, ""});
+    modules.push_back({&module, 0, 0});
   }
   ModulePaths prefix(modules);
   std::vector<CatalogTensor> out;
