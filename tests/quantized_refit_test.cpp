@@ -663,6 +663,28 @@ TEST(PoisonProbe, NanTheModelComputesItselfIsNoFinding) {
   EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
 }
 
+// Note [Model B's outputs across passes] (engine/driver.cpp): the poison pass tells the model's
+// own NaN from poison by model B's outputs, which the observe pass computed on the same inputs
+// from the same checkpoints; it takes those instead of building B once more per cycle.
+TEST(PoisonProbe, NanCheckTakesTheObservePassModelBOutputs) {
+  Scenario s;
+  s.name = "nan";
+  s.file = "nan.yaml";
+  s.fixture = "test_nan_by_design";
+  s.batch_sizes = {2, 3};
+  s.cycles = {RefitSpec{2, {}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+  s.checks = {"poison"};
+  ScenarioRecord r = run_scenario(s, options());
+  ASSERT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+  std::map<std::string, int> builds;  // pass -> model B builds
+  for (const auto& span : r.spans) {
+    if (span.phase == "model B") ++builds[span.pass];
+  }
+  EXPECT_EQ(builds["observe"], 3);  // one per cycle
+  EXPECT_EQ(builds["poison"], 0);
+  EXPECT_EQ(r.passes, (std::vector<std::string>{"observe", "poison"}));
+}
+
 TEST(PoisonProbe, PoisonBeforeRefitIsOverwrittenOnACleanRefit) {
   Scenario s = fp8_scenario({"poison"});
   s.poison.before_refit = true;

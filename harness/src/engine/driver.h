@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/errors.h"
@@ -62,6 +63,14 @@ class Driver final : public HookSink {
     auto it = m_received_kernel_format.find(cycle);
     return it != m_received_kernel_format.end() && it->second;
   }
+
+  // Note [Model B's outputs across passes]: model B's outputs of the observe pass, kept for a
+  // later pass of this run that asks B for the same cycle, batch size and inputs.
+  [[nodiscard]] bool runs(Pass pass) const { return std::find(m_passes.begin(), m_passes.end(), pass) != m_passes.end(); }
+  void keep_reference_outputs(int cycle, std::int64_t batch_size, const TensorList& inputs, const TensorList& outputs);
+  // The outputs kept for this cycle and batch size, if their inputs equal `inputs`; else null.
+  [[nodiscard]] const TensorList* kept_reference_outputs(int cycle, std::int64_t batch_size,
+                                                         const TensorList& inputs) const;
 
   void add_finding(Finding finding, Pass pass, Phase phase);
   void add_measurement(Measurement m, Pass pass, Phase phase) {
@@ -123,6 +132,11 @@ class Driver final : public HookSink {
   std::vector<Pass> m_passes;
   std::map<std::uint64_t, std::string> m_checkpoints;
   std::map<std::int64_t, double> m_noise;
+  struct KeptReference {
+    TensorList inputs;
+    TensorList outputs;
+  };
+  std::map<std::pair<int, std::int64_t>, KeptReference> m_reference_outputs;  // (cycle, batch size)
   std::map<int, std::vector<NamedTensor>> m_received;  // refit step -> what this rank received
   std::map<int, bool> m_received_kernel_format;        // refit step -> it came in the kernel format
   int m_received_upto = 0;

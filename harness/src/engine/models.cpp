@@ -107,13 +107,28 @@ LifecycleModel& PassRun::reference_model() {
 }
 
 TensorList PassRun::reference_forward(const TensorList& inputs) {
+  // Note [Model B's outputs across passes] (driver.cpp).
+  const bool shared = !m_driver.rank() && !m_driver.transport();
+  if (shared && m_pass != Pass::observe) {
+    if (const TensorList* kept = m_driver.kept_reference_outputs(m_cycle, m_batch_size, inputs)) {
+      UncountedScope uncounted;
+      TensorList outputs;
+      for (const auto& t : *kept) outputs.push_back(t.defined() ? t.clone() : t);
+      return outputs;
+    }
+  }
   LifecycleModel& reference = reference_model();
   FlagScope quiet(m_quiet);
   UncountedScope uncounted;
-  return call_model(m_phase, "reference model forward()", [&] {
+  TensorList outputs = call_model(m_phase, "reference model forward()", [&] {
     torch::NoGradGuard no_grad;
     return reference.forward_all(inputs);
   });
+  if (shared && m_pass == Pass::observe && m_driver.runs(Pass::poison)) {
+    HarnessTime t(m_harness_seconds);
+    m_driver.keep_reference_outputs(m_cycle, m_batch_size, inputs, outputs);
+  }
+  return outputs;
 }
 
 // A fresh model loaded in one go with the weights A should hold now: the initial checkpoint
