@@ -356,7 +356,6 @@ class EmulatedGraph final : public CapturedGraph {
   EmulatedGraph(std::int64_t batch_size, const std::shared_ptr<torch::jit::Graph>& graph,
                 TensorList inputs, TensorList outputs, std::vector<GraphRead> reads)
       : m_batch_size(batch_size),
-        m_graph(graph),
         m_code(graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
         m_inputs(std::move(inputs)),
         m_outputs(std::move(outputs)),
@@ -384,7 +383,8 @@ class EmulatedGraph final : public CapturedGraph {
 
  private:
   std::int64_t m_batch_size;
-  std::shared_ptr<torch::jit::Graph> m_graph;
+  // Not the traced graph itself: the interpreter's code holds its own copy of it, and a second
+  // copy of a graph with a node per tensor is tens of MB at 10,000 tensors (issue 26).
   torch::jit::Code m_code;
   TensorList m_inputs;
   TensorList m_outputs;
