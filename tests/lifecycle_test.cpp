@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -54,6 +57,55 @@ TEST(CountingAllocator, CountsLiveBytesAndWhatOutlivesAMoment) {
   // Freed after uninstall: still counted down.
   kept = torch::Tensor();
   EXPECT_EQ(counter.live_bytes(), base);
+}
+
+// The process's anonymous resident bytes (Linux), -1 where /proc says nothing.
+std::int64_t rss_anon_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  std::int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "RssAnon:", 8) == 0) kb = std::atoll(line + 8);
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+// Note [Directly mapped blocks]: blocks of 1 MiB and more allocated in the scope are mapped on
+// their own, so freeing them takes their pages out of the resident set at once, even where glibc
+// would have kept them (its heap, once its mmap threshold has risen as it does in any long run).
+TEST(CountingAllocator, DirectMapScopeReturnsFreedBlocksAtOnce) {
+  if (rss_anon_bytes() < 0) GTEST_SKIP() << "no RssAnon in /proc/self/status on this system";
+  // Raise glibc's dynamic mmap threshold past the blocks below, as a run's first large free does:
+  // without the scope they come from the heap, and those freed between live ones stay resident.
+  void* volatile large = std::malloc(std::size_t{24} << 20);  // volatile: the pair is not elided
+  std::free(large);
+  auto& counter = CountingCpuAllocator::instance();
+  constexpr std::int64_t kBlock = 4 << 20, kBlocks = 16;
+  std::vector<torch::Tensor> blocks;
+  const std::int64_t live_before = counter.live_bytes();
+  {
+    const DirectMapScope direct_map;
+    counter.install();  // counted as well: the bookkeeping of a mapped block
+    for (std::int64_t i = 0; i < kBlocks; ++i) blocks.push_back(torch::full({kBlock}, 1, torch::kUInt8));
+    EXPECT_EQ(counter.live_bytes() - live_before, kBlocks * kBlock);
+    // raw_allocate() / raw_deallocate() (oneDNN's scratch space) on a mapped block.
+    void* raw = counter.raw_allocate(std::size_t{2} << 20);
+    ASSERT_NE(raw, nullptr);
+    std::memset(raw, 7, std::size_t{2} << 20);
+    counter.raw_deallocate(raw);
+    counter.uninstall();
+  }
+  // Every other block: the freed ones lie between live ones (no free block at the heap's top).
+  const std::int64_t resident = rss_anon_bytes();
+  for (std::int64_t i = 0; i < kBlocks; i += 2) blocks[static_cast<std::size_t>(i)] = torch::Tensor();
+  const std::int64_t after = rss_anon_bytes();
+  EXPECT_GE(resident - after, kBlocks / 2 * kBlock * 7 / 8)
+      << "freed blocks of the scope stayed resident: " << resident << " -> " << after << " bytes";
+  EXPECT_EQ(counter.live_bytes() - live_before, kBlocks / 2 * kBlock);
+  blocks.clear();
+  EXPECT_EQ(counter.live_bytes(), live_before);
 }
 
 // Views of more than one chunk (1 MiB) are hashed a few rows at a time: the digest is still the

@@ -2,6 +2,9 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 
 namespace graphcheck {
@@ -10,10 +13,20 @@ namespace {
 // at the same high priority always takes effect.
 constexpr std::uint8_t kPriority = 200;
 thread_local int t_uncounted = 0;
+thread_local int t_direct_map = 0;
 }  // namespace
 
 UncountedScope::UncountedScope() { ++t_uncounted; }
 UncountedScope::~UncountedScope() { --t_uncounted; }
+
+DirectMapScope::DirectMapScope() {
+  CountingCpuAllocator::instance().install();
+  ++t_direct_map;
+}
+DirectMapScope::~DirectMapScope() {
+  --t_direct_map;
+  CountingCpuAllocator::instance().uninstall();
+}
 
 CountingCpuAllocator& CountingCpuAllocator::instance() {
   static auto* allocator = new CountingCpuAllocator();  // never destroyed: late frees still count
@@ -39,7 +52,9 @@ c10::DataPtr CountingCpuAllocator::allocate(std::size_t n) {
     std::lock_guard<std::mutex> lock(m_mutex);
     inner = m_inner;
   }
-  c10::DataPtr owned = inner->allocate(n);
+  c10::DataPtr owned;
+  if (t_direct_map > 0 && n >= DirectMapScope::kDirectMapBytes) owned = map_block(n);
+  if (!owned) owned = inner->allocate(n);
   if (t_uncounted > 0) return owned;
   void* data = owned.get();
   const c10::Device device = owned.device();
@@ -54,10 +69,25 @@ c10::DataPtr CountingCpuAllocator::allocate(std::size_t n) {
   return c10::DataPtr(data, data, &CountingCpuAllocator::free_data, device);
 }
 
+// Note [Directly mapped blocks]. Its context is its data, as every block of this allocator's
+// (raw_deleter()); free_data() unmaps it.
+c10::DataPtr CountingCpuAllocator::map_block(std::size_t n) {
+  static const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t length = (n + page - 1) / page * page;
+  void* data = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) return {};  // the heap instead
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_mapped.emplace(data, length);
+  }
+  return c10::DataPtr(data, data, &CountingCpuAllocator::free_data, c10::Device(c10::DeviceType::CPU));
+}
+
 void CountingCpuAllocator::free_data(void* data) {
   CountingCpuAllocator& self = instance();
   c10::DataPtr owned;
   c10::Allocator* inner = nullptr;
+  std::size_t mapped = 0;
   {
     std::lock_guard<std::mutex> lock(self.m_mutex);
     auto it = self.m_alive.find(data);
@@ -65,9 +95,19 @@ void CountingCpuAllocator::free_data(void* data) {
       owned = std::move(it->second.inner);
       self.m_live -= static_cast<std::int64_t>(it->second.bytes);
       self.m_alive.erase(it);
-    } else {
+    }
+    if (auto m = self.m_mapped.find(data); m != self.m_mapped.end()) {
+      mapped = m->second;
+      self.m_mapped.erase(m);
+      // A counted block's entry holds this same block: released here, not by its deleter.
+      if (owned) (void)owned.release_context();
+    } else if (!owned) {
       inner = self.m_inner;
     }
+  }
+  if (mapped) {
+    ::munmap(data, mapped);
+    return;
   }
   if (inner) {
     // Raw-allocated by the wrapped allocator before the counter was installed.

@@ -136,6 +136,9 @@ TensorList PassRun::reference_forward(const TensorList& inputs) {
 std::unique_ptr<LifecycleModel> PassRun::build_loaded(const char* what) {
   FlagScope quiet(m_quiet);
   UncountedScope uncounted;  // the harness's model, not model A's memory
+  // What B's loader frees (a repack's sources, the blocks its constructor allocated) leaves the
+  // resident set at once: Note [Directly mapped blocks] (counting_allocator.h).
+  const DirectMapScope direct_map;
   std::unique_ptr<LifecycleModel> model = construct_quiet(what);
   if (m_driver.rank()) {  // a rollout rank: the truth through the tensor-parallel contract
     load_by_contract(*model, what);
