@@ -6,6 +6,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <set>
+
 #include "address_index.h"
 #include "backends/emulated_backend.h"
 #include "graphcheck/engine/backend.h"
@@ -213,6 +215,42 @@ TEST_F(EmulatedBackendTest, SeveralInputsAndOutputs) {
   const TensorList eager = model.forward_all(fresh);
   EXPECT_TRUE(torch::equal(graph->static_outputs()[0], eager[0]));
   EXPECT_TRUE(torch::equal(graph->static_outputs()[1], eager[1]));
+}
+
+// Note [Lean trace epilogue]: the graph is the one torch::jit::tracer::trace() leaves, dead code
+// eliminated: an op whose result the forward drops is neither replayed nor a read of the graph.
+TEST_F(EmulatedBackendTest, AnOpWhoseResultIsDroppedIsNoReadOfTheGraph) {
+  class Dropping : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      m_kept = x * m_derived;  // computed, never returned
+      return torch::matmul(x, m_module->named_parameters(false)["w"]);
+    }
+    torch::Tensor m_kept;
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  std::set<std::string> names;
+  for (const auto& r : resolve_reads(graph->reads(), AddressIndex(live_tensors(model)))) names.insert(r.name);
+  EXPECT_EQ(names, (std::set<std::string>{"w"}));
+  graph->static_inputs().at(0).copy_(m_input);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(m_input)));
+}
+
+// The same tensor passed as two inputs: two graph inputs, each its own static buffer, as
+// torch::jit::tracer::trace() makes them.
+TEST_F(EmulatedBackendTest, OneTensorPassedAsTwoInputs) {
+  class Sum : public TinyModel {
+   public:
+    TensorList forward_all(const TensorList& in) override { return {in[0] * 2 + in[1]}; }
+  } model;
+  torch::Tensor x = torch::randn({2, 4});
+  auto graph = m_backend->capture(model, {x, x}, 2);
+  ASSERT_EQ(graph->static_inputs().size(), 2u);
+  TensorList fresh = {torch::randn({2, 4}), torch::randn({2, 4})};
+  for (int i = 0; i < 2; ++i) graph->static_inputs()[i].copy_(fresh[i]);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(graph->static_outputs()[0], fresh[0] * 2 + fresh[1]));
 }
 
 TEST_F(EmulatedBackendTest, WiderHostSyncOpsAreNotCapturable) {

@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
+#include <torch/csrc/jit/passes/normalize_ops.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -491,6 +495,63 @@ class EmulatedBackend final : public GraphBackend {
     std::shared_ptr<torch::jit::tracer::TracingState> state;
     torch::jit::Stack outputs;
   };
+  // Note [Lean trace epilogue]: torch::jit::tracer::trace() without the part of its epilogue that
+  // changes nothing. trace() ends with FixupTraceScopeBlocks, which for a trace made without a
+  // module inlines scope blocks, lifts forked closures, lowers tuples (and eliminates dead code
+  // with them), eliminates dead code a second time, lints the whole graph, then NormalizeOps. On
+  // the synthetic 10,000-tensor model that epilogue was half of each capture and of each fresh
+  // recording of the validate pass (perf: the lint a fifth, the two dead code eliminations, with
+  // the alias analysis each builds, a third). The lint checks libtorch's own invariants, and the
+  // second elimination finds nothing the first left. So a graph that holds none of the nodes the
+  // fixup exists for (scope blocks, forks, attribute reads: Python's module tracing and
+  // torch.jit.fork make them) gets its tuples lowered and its dead code eliminated once, and its
+  // ops normalised: the graph trace() leaves. Any other goes through libtorch's own
+  // FixupTraceScopeBlocks. The prologue is trace()'s for tensor inputs.
+  static std::pair<std::shared_ptr<torch::jit::tracer::TracingState>, torch::jit::Stack> lean_trace(
+      torch::jit::Stack inputs, const std::function<torch::jit::Stack(torch::jit::Stack)>& traced) {
+    namespace tracer = torch::jit::tracer;
+    auto state = std::make_shared<tracer::TracingState>();
+    tracer::setTracingState(state);
+    try {
+      for (torch::jit::IValue& input : inputs) {
+        torch::jit::Value* value = state->graph->addInput();
+        torch::Tensor t = input.toTensor();
+        if (state->hasValue(input)) t = t.view(t.sizes().vec());  // the same tensor passed twice
+        state->setValue(t, value);
+        input = t;
+      }
+      state->strict = true;
+      state->force_outplace = false;
+      torch::jit::Stack outputs = traced(inputs);
+      std::size_t i = 0;
+      for (const torch::jit::IValue& output : outputs) {
+        state->graph->registerOutput(state->getOutput(output, outputs.size() - i));
+        ++i;
+      }
+      tracer::setTracingState(nullptr);
+      std::shared_ptr<torch::jit::Graph> graph = state->graph;
+      bool plain = true;
+      for (const torch::jit::Node* node : graph->nodes()) {
+        const c10::Symbol kind = node->kind();
+        if (kind == c10::prim::TracedModuleForward || kind == c10::prim::TracedFork ||
+            kind == c10::prim::TracedAttr || !node->blocks().empty()) {
+          plain = false;
+          break;
+        }
+      }
+      if (plain) {
+        torch::jit::LowerSimpleTuples(graph);
+      } else {
+        torch::jit::FixupTraceScopeBlocks(graph, nullptr);
+      }
+      torch::jit::NormalizeOps(graph);
+      return {state, std::move(outputs)};
+    } catch (...) {
+      tracer::abandon();
+      throw;
+    }
+  }
+
   static Trace trace_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
     torch::jit::Stack stack(inputs.begin(), inputs.end());
     HostSyncLog host_syncs;
@@ -503,9 +564,7 @@ class EmulatedBackend final : public GraphBackend {
         TensorList out = model.forward_all(args);
         return torch::jit::Stack(out.begin(), out.end());
       };
-      std::tie(trace.state, trace.outputs) = torch::jit::tracer::trace(
-          std::move(stack), traced, [](const torch::autograd::Variable&) { return std::string(); },
-          /*strict=*/true, /*force_outplace=*/false);
+      std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
     }
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(
