@@ -92,6 +92,21 @@ def test_shape_control_flow_is_not_a_host_sync():
     assert record.passed, record.explain()
 
 
+class Forked(Derived):
+    """Part of the forward forked (torch.jit.fork): the tracer records a prim::TracedFork node,
+    which only libtorch's own fixup of a trace turns into a graph that runs (Note [Lean trace
+    epilogue])."""
+
+    def forward(self, x):
+        future = torch.jit.fork(lambda t: t * 2 + self.inv_freq, x)
+        return self.proj(x) * self.scale + torch.jit.wait(future)
+
+
+def test_a_forked_forward_is_captured_and_replays():
+    record = graphcheck.check(Forked)
+    assert record.passed, record.explain()
+
+
 def test_item_on_data_is_a_host_sync():
     record = graphcheck.check(Derived, scenario={"config": {"item_branch": True}})
     assert not record.passed

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/normalize_ops.h>
@@ -502,11 +503,13 @@ class EmulatedBackend final : public GraphBackend {
   // the synthetic 10,000-tensor model that epilogue was half of each capture and of each fresh
   // recording of the validate pass (perf: the lint a fifth, the two dead code eliminations, with
   // the alias analysis each builds, a third). The lint checks libtorch's own invariants, and the
-  // second elimination finds nothing the first left. So a graph that holds none of the nodes the
-  // fixup exists for (scope blocks, forks, attribute reads: Python's module tracing and
-  // torch.jit.fork make them) gets its tuples lowered and its dead code eliminated once, and its
-  // ops normalised: the graph trace() leaves. Any other goes through libtorch's own
-  // FixupTraceScopeBlocks. The prologue is trace()'s for tensor inputs.
+  // second elimination finds nothing the first left. Nor does the first where every node has an
+  // output in use: the last dead node in graph order would have none. So a graph that holds none
+  // of the nodes the fixup exists for (scope blocks, forks, attribute reads: Python's module
+  // tracing and torch.jit.fork make them) gets its tuples lowered where it has some, its dead code
+  // eliminated once where it can have some, and its ops normalised: the graph trace() leaves. Any
+  // other goes through libtorch's own FixupTraceScopeBlocks. The prologue is trace()'s for tensor
+  // inputs.
   static std::pair<std::shared_ptr<torch::jit::tracer::TracingState>, torch::jit::Stack> lean_trace(
       torch::jit::Stack inputs, const std::function<torch::jit::Stack(torch::jit::Stack)>& traced) {
     namespace tracer = torch::jit::tracer;
@@ -531,6 +534,8 @@ class EmulatedBackend final : public GraphBackend {
       tracer::setTracingState(nullptr);
       std::shared_ptr<torch::jit::Graph> graph = state->graph;
       bool plain = true;
+      bool tuples = false;
+      bool unused = false;  // a node none of whose outputs is used
       for (const torch::jit::Node* node : graph->nodes()) {
         const c10::Symbol kind = node->kind();
         if (kind == c10::prim::TracedModuleForward || kind == c10::prim::TracedFork ||
@@ -538,11 +543,17 @@ class EmulatedBackend final : public GraphBackend {
           plain = false;
           break;
         }
+        tuples = tuples || kind == c10::prim::TupleConstruct || kind == c10::prim::TupleUnpack ||
+                 kind == c10::prim::TupleIndex || kind == c10::prim::TupleSlice;
+        unused = unused || std::none_of(node->outputs().begin(), node->outputs().end(),
+                                        [](const torch::jit::Value* v) { return v->hasUses(); });
       }
-      if (plain) {
-        torch::jit::LowerSimpleTuples(graph);
-      } else {
+      if (!plain) {
         torch::jit::FixupTraceScopeBlocks(graph, nullptr);
+      } else if (tuples) {
+        torch::jit::LowerSimpleTuples(graph);  // eliminates dead code too
+      } else if (unused) {
+        torch::jit::EliminateDeadCode(graph);
       }
       torch::jit::NormalizeOps(graph);
       return {state, std::move(outputs)};
