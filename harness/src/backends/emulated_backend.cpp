@@ -3,11 +3,13 @@
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/normalize_ops.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
@@ -497,19 +499,20 @@ class EmulatedBackend final : public GraphBackend {
     torch::jit::Stack outputs;
   };
   // Note [Lean trace epilogue]: torch::jit::tracer::trace() without the part of its epilogue that
-  // changes nothing. trace() ends with FixupTraceScopeBlocks, which for a trace made without a
-  // module inlines scope blocks, lifts forked closures, lowers tuples (and eliminates dead code
-  // with them), eliminates dead code a second time, lints the whole graph, then NormalizeOps. On
-  // the synthetic 10,000-tensor model that epilogue was half of each capture and of each fresh
+  // changes nothing. After the forward, trace() inlines calls of scripted functions (in inline-
+  // everything mode), then FixupTraceScopeBlocks, which for a trace made without a module inlines
+  // scope blocks, lifts forked closures, lowers tuples (and eliminates dead code with them),
+  // eliminates dead code a second time and lints the whole graph, then NormalizeOps. On the
+  // synthetic 10,000-tensor model that epilogue was half of each capture and of each fresh
   // recording of the validate pass (perf: the lint a fifth, the two dead code eliminations, with
   // the alias analysis each builds, a third). The lint checks libtorch's own invariants, and the
   // second elimination finds nothing the first left. Nor does the first where every node has an
   // output in use: the last dead node in graph order would have none. So a graph that holds none
   // of the nodes the fixup exists for (scope blocks, forks, attribute reads: Python's module
-  // tracing and torch.jit.fork make them) gets its tuples lowered where it has some, its dead code
-  // eliminated once where it can have some, and its ops normalised: the graph trace() leaves. Any
-  // other goes through libtorch's own FixupTraceScopeBlocks. The prologue is trace()'s for tensor
-  // inputs.
+  // tracing and torch.jit.fork make them) gets its calls inlined, its tuples lowered where it has
+  // some, its dead code eliminated once where it can have some, and its ops normalised: the graph
+  // trace() leaves. Any other goes through libtorch's own FixupTraceScopeBlocks. The prologue is
+  // trace()'s for tensor inputs.
   static std::pair<std::shared_ptr<torch::jit::tracer::TracingState>, torch::jit::Stack> lean_trace(
       torch::jit::Stack inputs, const std::function<torch::jit::Stack(torch::jit::Stack)>& traced) {
     namespace tracer = torch::jit::tracer;
@@ -533,6 +536,8 @@ class EmulatedBackend final : public GraphBackend {
       }
       tracer::setTracingState(nullptr);
       std::shared_ptr<torch::jit::Graph> graph = state->graph;
+      // Calls of scripted functions the forward made, inlined as trace() inlines them.
+      if (torch::jit::getInlineEverythingMode()) torch::jit::Inline(*graph);
       bool plain = true;
       bool tuples = false;
       bool unused = false;  // a node none of whose outputs is used
