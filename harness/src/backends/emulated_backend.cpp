@@ -516,6 +516,7 @@ class EmulatedBackend final : public GraphBackend {
   static std::pair<std::shared_ptr<torch::jit::tracer::TracingState>, torch::jit::Stack> lean_trace(
       torch::jit::Stack inputs, const std::function<torch::jit::Stack(torch::jit::Stack)>& traced) {
     namespace tracer = torch::jit::tracer;
+    TORCH_CHECK(!tracer::isTracing(), "Tracing can't be nested");  // as trace() refuses it
     auto state = std::make_shared<tracer::TracingState>();
     tracer::setTracingState(state);
     try {
@@ -543,8 +544,10 @@ class EmulatedBackend final : public GraphBackend {
       bool unused = false;  // a node none of whose outputs is used
       for (const torch::jit::Node* node : graph->nodes()) {
         const c10::Symbol kind = node->kind();
+        // prim::fork (a scripted function's, inlined) holds a subgraph whose unused inputs dead
+        // code elimination removes even where no node is dead.
         if (kind == c10::prim::TracedModuleForward || kind == c10::prim::TracedFork ||
-            kind == c10::prim::TracedAttr || !node->blocks().empty()) {
+            kind == c10::prim::TracedAttr || kind == c10::prim::fork || !node->blocks().empty()) {
           plain = false;
           break;
         }
