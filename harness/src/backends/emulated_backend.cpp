@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
+#include <torch/csrc/jit/passes/inline_fork_wait.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/normalize_ops.h>
@@ -558,6 +559,11 @@ class EmulatedBackend final : public GraphBackend {
       }
       if (!plain) {
         torch::jit::FixupTraceScopeBlocks(graph, nullptr);
+        // Note [Forks run inline]: the interpreter runs a prim::fork on the inter-op pool, so a
+        // replay's allocations would outlive it or not depending on that thread (a flaky memory
+        // finding on a model with no leak). Eager torch.jit.fork runs the function at once; the
+        // replay does the same.
+        torch::jit::InlineForkWait(graph);
       } else if (tuples) {
         torch::jit::LowerSimpleTuples(graph);  // eliminates dead code too
       } else if (unused) {
