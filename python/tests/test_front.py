@@ -107,6 +107,69 @@ def test_a_forked_forward_is_captured_and_replays():
     assert record.passed, record.explain()
 
 
+@torch.jit.script
+def _scaled(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return t * s + 1.0
+
+
+@torch.jit.script
+def _gated(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    if bool(s.sum() > 1e9):
+        return t
+    return t * s + 1.0
+
+
+class ScriptedCall(Derived):
+    """The forward calls a torch.jit.script function (Megatron's fused bias-GeLU style): the tracer
+    records a prim::CallFunction whose first input is a constant of the function's type."""
+
+    def __init__(self, gated: bool = False, **config):
+        super().__init__(**config)
+        self.fn = _gated if gated else _scaled
+
+    def forward(self, x):
+        return self.fn(self.proj(x), self.scale) + self.inv_freq
+
+
+def test_a_scripted_function_in_the_forward_is_captured_and_replays():
+    # Constant pooling once merged the function constant into None: an internal assert of
+    # libtorch's interpreter, reported as the model's failure.
+    assert graphcheck.check(ScriptedCall).passed
+    record = graphcheck.check(ScriptedCall, mutations=[REBIND])
+    address = [f for f in record.findings if f["probe"] == "address"]
+    assert any("scale" in f["subject"] for f in address), record.explain()
+
+
+def test_a_host_sync_inside_a_scripted_function_is_a_host_sync():
+    record = graphcheck.check(ScriptedCall, scenario={"config": {"gated": True}})
+    assert record.status == "failed", record.explain()
+    assert any("host sync" in f["message"] for f in record.findings), record.explain()
+
+
+class _Gate(torch.nn.Module):
+    def forward(self, t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return t * s + 1.0
+
+
+class ScriptedSubmodule(Derived):
+    def __init__(self, **config):
+        super().__init__(**config)
+        self.gate = torch.jit.script(_Gate())
+
+    def forward(self, x):
+        return self.gate(self.proj(x), self.scale) + self.inv_freq
+
+
+def test_a_scripted_submodule_is_the_emulated_backends_limit_not_a_model_bug():
+    # Note [Scripted module calls]: an error that names the class and the backend to use, not
+    # "model code failed".
+    record = graphcheck.check(ScriptedSubmodule)
+    assert record.exit_code == 2 and record.status == "error", record.explain()
+    reason = record.data["reason"]
+    assert "_Gate" in reason and "--backend cuda" in reason and "unscripted" in reason, reason
+    assert not record.findings, record.explain()
+
+
 def test_item_on_data_is_a_host_sync():
     record = graphcheck.check(Derived, scenario={"config": {"item_branch": True}})
     assert not record.passed

@@ -201,7 +201,11 @@ struct OpSignature {
 };
 
 std::string constant_text(const torch::jit::Node* node) {
-  if (!node->hasAttribute(c10::attr::value)) return "None";
+  // Without a value: None, or the scripted function a traced call names (its type's name).
+  if (!node->hasAttribute(c10::attr::value)) {
+    const c10::TypePtr& type = node->output()->type();
+    return type->kind() == c10::TypeKind::NoneType ? "None" : type->str();
+  }
   if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
     const torch::Tensor t = node->t(c10::attr::value);
     if (!t.defined()) return "None";
@@ -306,7 +310,12 @@ RecaptureDiff compare_signatures(const std::vector<OpSignature>& captured, const
 // that is not a plain scalar, string, device or list of them is left as it is. Op order, and so
 // the recapture signature (which skips constants), is unchanged.
 std::optional<std::string> pool_key(const torch::jit::Node* node) {
-  if (!node->hasAttribute(c10::attr::value)) return "None";
+  // A constant without a value is None, or a function a traced call of a scripted function
+  // names (prim::CallFunction's first input, of FunctionType): that one is left as it is.
+  if (!node->hasAttribute(c10::attr::value)) {
+    if (node->output()->type()->kind() != c10::TypeKind::NoneType) return std::nullopt;
+    return "None";
+  }
   if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) return std::nullopt;
   const auto value = torch::jit::toIValue(node->output());
   if (!value) return std::nullopt;
@@ -577,6 +586,35 @@ class EmulatedBackend final : public GraphBackend {
     }
   }
 
+  // Note [Scripted module calls]: the tracer records a call of a TorchScript module
+  // (torch.jit.script(m), a torch::jit::Module) only inside a trace of a module that owns it,
+  // whose graph takes the module as its first input and reads weights through it at run time.
+  // The emulated backend traces the forward as a function of its inputs, so that every tensor the
+  // graph reads is the address the capture saw, as in a CUDA graph; torch refuses the call
+  // ("Tried to trace <...> but it is not part of the active trace"). A CUDA graph captures such a
+  // forward, so that is the backend's limit, not the model's bug: an error that says which
+  // backend to use. A scripted *function* traces (a prim::CallFunction node, run by the
+  // interpreter on replay).
+  static void refuse_scripted_module_call(const std::exception& e) {
+    const std::string text = e.what();
+    const std::string marker = "but it is not part of the active trace";
+    if (text.find(marker) == std::string::npos) return;
+    // "Tried to trace <__torch__.Gate object at 0x...> but ...": the class, not the address.
+    std::string module = "a TorchScript module";
+    const std::size_t open = text.find("Tried to trace <");
+    const std::size_t close = open == std::string::npos ? open : text.find(" object at ", open);
+    if (close != std::string::npos && close < text.find(marker, open)) {
+      module = fmt::format("a TorchScript module of class {}", text.substr(open + 16, close - open - 16));
+    }
+    throw BackendLimit(fmt::format(
+        "the emulated backend cannot capture this forward: it calls {} (torch.jit.script of a "
+        "module, or a torch::jit::Module), and torch's tracer records such a call only in a trace "
+        "of the module that owns it, while the emulated backend traces the forward as a function "
+        "of its inputs. A CUDA graph captures it: check this model with --backend cuda on a GPU, "
+        "or with that submodule left unscripted (its Python forward is captured like the rest)",
+        module));
+  }
+
   static Trace trace_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
     torch::jit::Stack stack(inputs.begin(), inputs.end());
     HostSyncLog host_syncs;
@@ -589,7 +627,12 @@ class EmulatedBackend final : public GraphBackend {
         TensorList out = model.forward_all(args);
         return torch::jit::Stack(out.begin(), out.end());
       };
-      std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
+      try {
+        std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
+      } catch (const std::exception& e) {
+        refuse_scripted_module_call(e);
+        throw;
+      }
     }
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(

@@ -61,6 +61,8 @@ auto call_model(Phase phase, const std::string& what, Fn&& fn) -> decltype(fn())
     throw UserError(e.what());
   } catch (const NotCapturable& e) {
     throw ModelFailure(phase, fmt::format("{}: not capturable: {}", what, e.what()));
+  } catch (const BackendLimit& e) {
+    throw UserError(fmt::format("{}: {}", what, e.what()));
   } catch (const std::exception& e) {
     throw ModelFailure(phase, fmt::format("{} threw: {}", what, what_of(e)));
   } catch (...) {

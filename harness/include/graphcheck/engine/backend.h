@@ -38,6 +38,13 @@ class NotCapturable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A forward the backend cannot capture though a CUDA graph could: a limit of the backend, not a
+// bug of the model. The scenario ends as an error (exit 2) that names the backend to use instead.
+class BackendLimit : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class CapturedGraph {
  public:
   virtual ~CapturedGraph() = default;
