@@ -17,6 +17,7 @@
 #include "byte_scan.h"
 #include "counting_allocator.h"
 #include "dummy_loader.h"
+#include "engine/op_log.h"
 #include "fingerprint.h"
 #include "fingerprint_bytes.h"
 #include "xxh3_wide.h"
@@ -355,6 +356,52 @@ TEST(DummyLoadMutations, ValueAfterFloatCheckSkipsIntegerConstants) {
   dummy_load(model, 3);
   EXPECT_TRUE(torch::all(model.m->inner->e4m3.to(torch::kFloat32) == 1.0).item<bool>());
   EXPECT_FALSE(torch::all(model.m->inner->scale == 127).item<bool>());
+}
+
+template <class Fn>
+engine::OpLogDigest op_log_of(Fn&& forward) {
+  engine::OpLogDigest d;
+  {
+    engine::OpLogScope scope(d);
+    forward();
+  }
+  return d;
+}
+
+at::Tensor wrapped(double v) {
+  at::Tensor t = c10::scalar_to_tensor(v);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+// Note [Eager op log]: what a trace keeps of a call (the op, its host values) and its order.
+TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = torch::randn({4, 4});
+  const torch::Tensor w = torch::randn({4, 4});
+  const auto half = [&] { (void)(x * 0.5).add(1); };
+  const engine::OpLogDigest a = op_log_of(half);
+  EXPECT_EQ(a.ops, 2u);
+  EXPECT_EQ(a, op_log_of(half));
+  // Other inputs of the same shapes and dtypes: the same digest (tensors are not host values).
+  const torch::Tensor y = torch::randn({4, 4});
+  EXPECT_EQ(a, op_log_of([&] { (void)(y * 0.5).add(1); }));
+  EXPECT_NE(a, op_log_of([&] { (void)(x * 0.25).add(1); }));                    // a scalar
+  EXPECT_NE(a, op_log_of([&] { (void)(x * 0.5).add(2); }));                     // another
+  EXPECT_NE(a, op_log_of([&] { (void)x.add(1).mul(0.5); }));                    // the order
+  EXPECT_NE(a, op_log_of([&] { (void)(x.to(torch::kDouble) * 0.5).add(1); }));  // a dtype
+  EXPECT_NE(a, op_log_of([&] { (void)x.narrow(0, 0, 2).mul(0.5).add(1); }));    // an op more
+  EXPECT_NE(op_log_of([&] { (void)x.narrow(0, 0, 2); }), op_log_of([&] { (void)x.narrow(0, 1, 2); }));
+  // A wrapped number's value counts, as a trace's constant does (Python's `x * s`).
+  const at::Tensor h1 = wrapped(0.5), h2 = wrapped(0.5), q = wrapped(0.25);
+  EXPECT_EQ(op_log_of([&] { (void)x.mul(h1); }), op_log_of([&] { (void)x.mul(h2); }));
+  EXPECT_NE(op_log_of([&] { (void)x.mul(h1); }), op_log_of([&] { (void)x.mul(q); }));
+  const at::Tensor plain = torch::full({}, 0.25, torch::kDouble);  // not wrapped: a tensor
+  EXPECT_EQ(op_log_of([&] { (void)x.mul(torch::full({}, 0.5, torch::kDouble)); }).ops, 2u);
+  EXPECT_EQ(op_log_of([&] { (void)x.mul(plain); }).ops, 1u);
+  // Only the forward's own calls: linear's inner ops are not logged.
+  EXPECT_EQ(op_log_of([&] { (void)torch::linear(x, w); }).ops, 1u);
+  EXPECT_EQ(op_log_of([] {}).ops, 0u);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "address_index.h"
 #include "engine/errors.h"
+#include "engine/op_log.h"
 #include "graphcheck/engine/backend.h"
 #include "graphcheck/engine/driver.h"
 #include "graphcheck/model.h"
@@ -120,7 +121,8 @@ class PassRun final : public RunContext {
   // ---- model calls, the driver's own --------------------------------------------------------
   [[nodiscard]] TensorList make_inputs(std::int64_t batch_size, std::uint64_t seed);
   // Copies: a model may return a preallocated output buffer that its next forward overwrites.
-  [[nodiscard]] TensorList eager(const TensorList& inputs);
+  // With `log`: the forward's top-level ops are logged into it (Note [Eager op log]).
+  [[nodiscard]] TensorList eager(const TensorList& inputs, OpLogDigest* log = nullptr);
   void load_dummy(LifecycleModel& model, std::uint64_t seed);
   // Writes the inputs into the static buffers of graph `index`, replays, returns copies of the
   // outputs.

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "output_diff.h"
 #include "counting_allocator.h"
 #include "engine/driver.h"
 #include "engine/errors.h"
+#include "engine/op_log.h"
 #include "engine/pass_run.h"
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
@@ -68,6 +70,9 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
   const std::int64_t b = capture.batch_size;
   const auto inputs_list = passes::validation_inputs(scenario().seed, b);
   double recapture_seconds = 0;
+  int recordings_skipped = 0;
+  // Note [Eager op log]: the capture's own input, run eagerly right after the capture.
+  std::optional<OpLogDigest> capture_log;
   for (std::size_t k = 0; k < inputs_list.size(); ++k) {
     const auto [seed, scale] = inputs_list[k];
     ValidationReplay r;
@@ -78,13 +83,24 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
       if (t.defined() && c10::isFloatingType(t.scalar_type())) t = t * scale;
     }
     r.replay_outputs = replay(index, inputs);
-    r.eager_outputs = eager(inputs);
+    const bool wide = k >= kValidationRecaptureFrom;
+    OpLogDigest log;
+    if (wide && !capture_log) {
+      capture_log.emplace();
+      (void)eager(input_for(b, 0), &*capture_log);
+    }
+    r.eager_outputs = eager(inputs, wide ? &log : nullptr);
     // The differential's own tolerance, per output (dtype and magnitude of each).
     r.tolerance = outputs_tolerance(r.eager_outputs, backend().exact(), backend().min_tolerance(), noise_floor(b));
     const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
     // Note [Frozen branches] (replay_diff_probe.cpp): the wide-range inputs, and any input whose
-    // replay differs, are also recorded afresh and compared with the capture's op sequence.
-    if (!agrees || k >= kValidationRecaptureFrom) {
+    // replay differs, are also recorded afresh and compared with the capture's op sequence;
+    // a wide-range input whose replay agrees and whose op log is the capture's needs no
+    // recording (Note [Eager op log]).
+    if (agrees && wide && log == *capture_log) {
+      r.recapture.supported = true;
+      ++recordings_skipped;
+    } else if (!agrees || wide) {
       const auto t0 = Clock::now();
       r.recapture = recapture(index, inputs);
       recapture_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -94,6 +110,7 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     if (!agrees || differs) break;  // one input that shows it is enough
   }
   measure(capture, "gc/validate/recapture/seconds", recapture_seconds, "s");
+  measure(capture, "gc/validate/recapture/skipped", recordings_skipped, "recordings");
   notify(&Probe::on_validation_replays, v);
 }
 

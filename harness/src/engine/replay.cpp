@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "backends/static_copy.h"
 #include "output_diff.h"
@@ -42,9 +43,11 @@ TensorList PassRun::input_for(std::int64_t batch_size, int salt) {
   return make_inputs(batch_size, seed);
 }
 
-TensorList PassRun::eager(const TensorList& inputs) {
+TensorList PassRun::eager(const TensorList& inputs, OpLogDigest* log) {
   TensorList out = call_model(m_phase, "forward()", [&] {
     torch::NoGradGuard no_grad;
+    std::optional<OpLogScope> logging;
+    if (log != nullptr) logging.emplace(*log);
     return m_model->forward_all(inputs);
   });
   for (auto& t : out) {

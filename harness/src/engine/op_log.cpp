@@ -1,0 +1,151 @@
+#include "engine/op_log.h"
+
+#include <ATen/record_function.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <string_view>
+
+namespace graphcheck::engine {
+namespace {
+
+struct OpLogState {
+  OpLogDigest* out = nullptr;
+  int depth = 0;  // ops entered and not left: only depth 0 is the forward's own call
+};
+thread_local OpLogState t_log;
+
+// FNV-1a over the bytes fed, one op at a time, folded into the running digest.
+class Hasher {
+ public:
+  void bytes(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) m_h = (m_h ^ p[i]) * 0x100000001b3ULL;
+  }
+  template <class T>
+  void value(const T& v) {
+    bytes(&v, sizeof(v));
+  }
+  void tag(char c) { value(c); }
+  [[nodiscard]] std::uint64_t get() const { return m_h; }
+
+ private:
+  std::uint64_t m_h = 0xcbf29ce484222325ULL;
+};
+
+void feed_wrapped_number(Hasher& h, const at::Tensor& t) {
+  // A wrapped number is a 0-dim CPU tensor: read without an op (an op would be logged).
+  const void* p = t.unsafeGetTensorImpl()->data();
+  h.tag('w');
+  h.value(static_cast<std::int8_t>(t.scalar_type()));
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: h.value(*static_cast<const double*>(p)); break;
+    case c10::ScalarType::Float: h.value(*static_cast<const float*>(p)); break;
+    case c10::ScalarType::Long: h.value(*static_cast<const std::int64_t*>(p)); break;
+    case c10::ScalarType::Int: h.value(*static_cast<const std::int32_t*>(p)); break;
+    case c10::ScalarType::Bool: h.value(*static_cast<const bool*>(p)); break;
+    case c10::ScalarType::ComplexDouble: h.bytes(p, 16); break;
+    default: h.bytes(p, t.element_size()); break;
+  }
+}
+
+void feed(Hasher& h, const c10::IValue& v, int depth) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      h.tag('u');
+    } else if (t.unsafeGetTensorImpl()->is_wrapped_number() && t.has_storage()) {
+      feed_wrapped_number(h, t);
+    } else {
+      h.tag('T');
+      h.value(static_cast<std::int8_t>(t.scalar_type()));
+    }
+  } else if (v.isNone()) {
+    h.tag('n');
+  } else if (v.isInt()) {
+    h.tag('i');
+    h.value(v.toInt());
+  } else if (v.isDouble()) {
+    h.tag('d');
+    h.value(v.toDouble());
+  } else if (v.isBool()) {
+    h.tag('b');
+    h.value(v.toBool());
+  } else if (v.isComplexDouble()) {
+    h.tag('c');
+    const c10::complex<double> c = v.toComplexDouble();
+    h.value(c.real());
+    h.value(c.imag());
+  } else if (v.isString()) {
+    h.tag('s');
+    const std::string& s = v.toStringRef();
+    h.value(s.size());
+    h.bytes(s.data(), s.size());
+  } else if (v.isDevice()) {
+    h.tag('D');
+    h.value(static_cast<std::int16_t>(v.toDevice().type()));
+    h.value(static_cast<std::int16_t>(v.toDevice().index()));
+  } else if (v.isIntList()) {
+    h.tag('I');
+    for (std::int64_t i : v.toIntList()) h.value(i);
+    h.tag(']');
+  } else if (v.isDoubleList()) {
+    h.tag('F');
+    for (double d : v.toDoubleList()) h.value(d);
+    h.tag(']');
+  } else if (v.isBoolList()) {
+    h.tag('B');
+    for (bool b : v.toBoolList()) h.value(b);
+    h.tag(']');
+  } else if (v.isList() && depth < 8) {
+    h.tag('L');
+    for (const c10::IValue& e : v.toListRef()) feed(h, e, depth + 1);
+    h.tag(']');
+  } else if (v.isTuple() && depth < 8) {
+    h.tag('(');
+    for (const c10::IValue& e : v.toTupleRef().elements()) feed(h, e, depth + 1);
+    h.tag(')');
+  } else {
+    // Anything else (an object, a generator, a future): its kind only.
+    h.tag('o');
+    const std::string_view kind = v.tagKind();
+    h.bytes(kind.data(), kind.size());
+  }
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  OpLogState& s = t_log;
+  if (s.out == nullptr) return nullptr;
+  if (s.depth++ > 0) return nullptr;
+  Hasher h;
+  const char* name = fn.name();
+  h.bytes(name, std::strlen(name));
+  h.tag('|');
+  for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
+  s.out->ops += 1;
+  // The running digest: order matters.
+  s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops;
+  return nullptr;
+}
+
+void on_exit(const at::RecordFunction&, at::ObserverContext*) {
+  OpLogState& s = t_log;
+  if (s.out != nullptr && s.depth > 0) --s.depth;
+}
+
+}  // namespace
+
+OpLogScope::OpLogScope(OpLogDigest& out) {
+  TORCH_CHECK(t_log.out == nullptr, "graphcheck: op logs do not nest");
+  t_log = {&out, 0};
+  m_handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&on_enter, &on_exit).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+}
+
+OpLogScope::~OpLogScope() {
+  at::removeCallback(m_handle);
+  t_log = {};
+}
+
+}  // namespace graphcheck::engine

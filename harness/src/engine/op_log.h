@@ -1,0 +1,40 @@
+#pragma once
+// Note [Eager op log]
+// The validate pass records the forward afresh on its wide-range inputs (Note [Frozen branches],
+// replay_diff_probe.cpp): a trace each, as costly as a capture (0.7 s per recording of a
+// 10,000-tensor model, 13% of a run with every probe). Most recordings find nothing. An eager
+// forward the pass runs anyway on the same input can say so first: an op log records, on this
+// thread, each op the forward calls at the top level (not the ops inside them) with every input
+// that is not a tensor (numbers, lists, strings, devices, dtypes) and the value of every Python
+// scalar the call wrapped as a tensor: what a trace keeps of a call, with the tensors' dtypes.
+// When the log of the fresh input equals the log of the capture's own input (run eagerly in the
+// same pass, after the capture, before the wide-range inputs), the forward decided nothing differently on the host, and a trace would part
+// from the capture nowhere: the recording is skipped. Any difference (another op, another host
+// value, even one a trace would not keep, such as a first call that builds a cache) falls back to
+// the recording, which alone decides the verdict. So the log can only save time, never change a
+// finding.
+
+#include <cstdint>
+
+namespace graphcheck::engine {
+
+// A digest of the top-level ops and their host values, in order.
+struct OpLogDigest {
+  std::uint64_t ops = 0;
+  std::uint64_t hash = 0;
+  bool operator==(const OpLogDigest&) const = default;
+};
+
+// Records into `out` while it lives (one per thread at a time).
+class OpLogScope {
+ public:
+  explicit OpLogScope(OpLogDigest& out);
+  ~OpLogScope();
+  OpLogScope(const OpLogScope&) = delete;
+  OpLogScope& operator=(const OpLogScope&) = delete;
+
+ private:
+  std::uint64_t m_handle;
+};
+
+}  // namespace graphcheck::engine
