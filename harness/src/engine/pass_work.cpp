@@ -97,7 +97,8 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     // replay differs, are also recorded afresh and compared with the capture's op sequence;
     // a wide-range input whose replay agrees and whose op log is the capture's needs no
     // recording (Note [Eager op log]).
-    if (agrees && wide && log == *capture_log) {
+    // An empty log proves nothing (op callbacks off in this thread): record.
+    if (agrees && wide && capture_log->ops > 0 && log == *capture_log) {
       r.recapture.supported = true;
       ++recordings_skipped;
     } else if (!agrees || wide) {
