@@ -31,8 +31,12 @@ void perturb(torch::Tensor& t) {
   if (t.scalar_type() == torch::kUInt8) {
     torch::Tensor flipped = t.bitwise_xor(1);
     t.copy_(torch::where(flipped == 255, torch::full_like(flipped, 253), flipped));
+  } else if (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64) {
+    t.mul_(1.125).add_(0.015625);  // the same roundings as below, without temporaries
   } else {
-    t.copy_(t.to(torch::kFloat32) * 1.125 + 0.015625);
+    torch::Tensor wide = t.to(torch::kFloat32);
+    wide.mul_(1.125).add_(0.015625);
+    t.copy_(wide);
   }
 }
 
