@@ -28,6 +28,7 @@
 #include <sstream>
 
 #include "address_index.h"
+#include "host_sync_ops.h"
 #include "backends/static_copy.h"
 #include "counting_allocator.h"
 #include "tensor_format.h"
@@ -35,18 +36,8 @@
 namespace graphcheck {
 namespace {
 
-// Ops that synchronise with the host: a CUDA graph cannot capture them. The tracer bakes their
-// results into the graph as constants, so they are seen through RecordFunction instead.
-// Ops that read data to the host on CUDA (a sync inside the op). Reading a value through
-// data_ptr() or .cpu() on a CPU tensor calls no op at all: the capture validation (replays on
-// fresh inputs vs eager) catches the control flow such a read freezes.
-constexpr const char* kHostSyncOps[] = {
-    "aten::item",           "aten::_local_scalar_dense", "aten::is_nonzero",
-    "aten::nonzero",        "aten::argwhere",            "aten::masked_select",
-    "aten::unique",         "aten::_unique",             "aten::_unique2",
-    "aten::unique_dim",     "aten::unique_consecutive",  "aten::unique_dim_consecutive",
-    "aten::equal",          "aten::allclose",            "aten::bincount",
-    "aten::tolist",         "aten::nonzero_numpy"};
+// Host syncs (host_sync_ops.h): the tracer bakes their results into the graph as constants, so
+// they are seen through RecordFunction instead.
 
 struct HostSyncLog {
   std::vector<std::string> ops;  // "aten::item", or "aten::item (inside aten::index)"
@@ -135,13 +126,6 @@ bool takes_shape_scalar(const at::RecordFunction& fn) {
 // capture problem.
 constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
 
-bool is_host_sync_op(const char* name) {
-  for (const char* op : kHostSyncOps) {
-    if (std::strcmp(name, op) == 0) return true;
-  }
-  return false;
-}
-
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   HostSyncLog* log = t_host_sync_log;
   if (!log) return nullptr;
@@ -201,10 +185,11 @@ struct OpSignature {
 };
 
 std::string constant_text(const torch::jit::Node* node) {
-  // Without a value: None, or the scripted function a traced call names (its type's name).
+  // Without a value: None, or the scripted function a traced call names. FunctionType::str() is
+  // "Function" for every function: the constant's name attribute tells them apart.
   if (!node->hasAttribute(c10::attr::value)) {
-    const c10::TypePtr& type = node->output()->type();
-    return type->kind() == c10::TypeKind::NoneType ? "None" : type->str();
+    if (node->output()->type()->kind() == c10::TypeKind::NoneType) return "None";
+    return node->hasAttribute(c10::attr::name) ? node->s(c10::attr::name) : node->output()->type()->str();
   }
   if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
     const torch::Tensor t = node->t(c10::attr::value);
@@ -493,6 +478,11 @@ class EmulatedBackend final : public GraphBackend {
     try {
       const Trace trace = trace_forward(model, copies, graph.batch_size());
       return compare_signatures(emulated->signature(), signature_of(*trace.state->graph));
+    } catch (const BackendLimit& e) {
+      // A call the trace cannot record on these inputs only: the recording is a diagnostic.
+      RecaptureDiff d;
+      d.unsupported_reason = e.what();
+      return d;
     } catch (const NotCapturable& e) {
       // A host sync on these inputs that the capture did not meet: the forward took another path.
       RecaptureDiff d;
@@ -604,7 +594,11 @@ class EmulatedBackend final : public GraphBackend {
     const std::size_t open = text.find("Tried to trace <");
     const std::size_t close = open == std::string::npos ? open : text.find(" object at ", open);
     if (close != std::string::npos && close < text.find(marker, open)) {
-      module = fmt::format("a TorchScript module of class {}", text.substr(open + 16, close - open - 16));
+      const std::string cls = text.substr(open + 16, close - open - 16);
+      // A custom class of torch (a c10d ProcessGroup, packed quantized weights) is no module the
+      // user scripted: the tracer's own limit, left as the model failure it was.
+      if (cls.rfind("__torch__.torch.classes.", 0) == 0) return;
+      module = fmt::format("a TorchScript module of class {}", cls);
     }
     throw BackendLimit(fmt::format(
         "the emulated backend cannot capture this forward: it calls {} (torch.jit.script of a "

@@ -1,11 +1,13 @@
 #include "engine/op_log.h"
 
+#include "host_sync_ops.h"
+
 #include <ATen/record_function.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
-#include <string_view>
+#include <string>
 
 namespace graphcheck::engine {
 namespace {
@@ -88,38 +90,56 @@ void feed(Hasher& h, const c10::IValue& v, int depth) {
     h.value(static_cast<std::int16_t>(v.toDevice().index()));
   } else if (v.isIntList()) {
     h.tag('I');
+    h.value(static_cast<std::uint64_t>(v.toIntList().size()));
     for (std::int64_t i : v.toIntList()) h.value(i);
     h.tag(']');
   } else if (v.isDoubleList()) {
     h.tag('F');
+    h.value(static_cast<std::uint64_t>(v.toDoubleList().size()));
     for (double d : v.toDoubleList()) h.value(d);
     h.tag(']');
   } else if (v.isBoolList()) {
     h.tag('B');
+    h.value(static_cast<std::uint64_t>(v.toBoolList().size()));
     for (bool b : v.toBoolList()) h.value(b);
     h.tag(']');
   } else if (v.isList() && depth < 8) {
     h.tag('L');
+    h.value(static_cast<std::uint64_t>(v.toListRef().size()));
     for (const c10::IValue& e : v.toListRef()) feed(h, e, depth + 1);
     h.tag(']');
   } else if (v.isTuple() && depth < 8) {
     h.tag('(');
+    h.value(static_cast<std::uint64_t>(v.toTupleRef().elements().size()));
     for (const c10::IValue& e : v.toTupleRef().elements()) feed(h, e, depth + 1);
     h.tag(')');
   } else {
     // Anything else (an object, a generator, a future): its kind only.
     h.tag('o');
-    const std::string_view kind = v.tagKind();
+    const std::string kind = v.tagKind();
     h.bytes(kind.data(), kind.size());
   }
 }
 
+// A region that is no op (an autograd Function's apply, which records only its tensors) is
+// transparent: the ops inside it are the forward's own calls, as the tracer records them.
+bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   OpLogState& s = t_log;
-  if (s.out == nullptr) return nullptr;
-  if (s.depth++ > 0) return nullptr;
-  Hasher h;
+  if (s.out == nullptr || !is_op(fn)) return nullptr;
   const char* name = fn.name();
+  if (s.depth++ > 0) {
+    // A host sync inside an op: the recording's host-sync check would see it (another path).
+    if (is_host_sync_op(name)) {
+      Hasher h;
+      h.tag('!');
+      h.bytes(name, std::strlen(name));
+      s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops;
+    }
+    return nullptr;
+  }
+  Hasher h;
   h.bytes(name, std::strlen(name));
   h.tag('|');
   for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
@@ -129,9 +149,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_exit(const at::RecordFunction&, at::ObserverContext*) {
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   OpLogState& s = t_log;
-  if (s.out != nullptr && s.depth > 0) --s.depth;
+  if (s.out != nullptr && s.depth > 0 && is_op(fn)) --s.depth;
 }
 
 }  // namespace

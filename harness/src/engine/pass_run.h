@@ -316,6 +316,9 @@ class PassRun final : public RunContext {
 
   std::unique_ptr<LifecycleModel> m_model;
   std::vector<std::unique_ptr<CapturedGraph>> m_graphs;
+  // Validate pass: the op log of an eager forward on each capture's input, just before it
+  // (Note [Eager op log]).
+  std::map<std::int64_t, OpLogDigest> m_precapture_logs;
   std::vector<GraphView> m_views;
   // What model A should hold: the initial checkpoint (empty for a dummy load, which B repeats)
   // and every tensor streamed by the refits so far, by checkpoint name.

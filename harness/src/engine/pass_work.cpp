@@ -97,8 +97,11 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     // replay differs, are also recorded afresh and compared with the capture's op sequence;
     // a wide-range input whose replay agrees and whose op log is the capture's needs no
     // recording (Note [Eager op log]).
-    // An empty log proves nothing (op callbacks off in this thread): record.
-    if (agrees && wide && capture_log->ops > 0 && log == *capture_log) {
+    // An empty log proves nothing (op callbacks off in this thread): record. The logs just before
+    // and after the capture agree unless the capture itself changed what the forward does.
+    const auto before = m_precapture_logs.find(b);
+    if (agrees && wide && capture_log->ops > 0 && before != m_precapture_logs.end() &&
+        before->second == *capture_log && log == *capture_log) {
       r.recapture.supported = true;
       ++recordings_skipped;
     } else if (!agrees || wide) {

@@ -1,0 +1,27 @@
+#pragma once
+// Ops that synchronise with the host: a CUDA graph cannot capture them. Shared by the emulated
+// backend's host-sync check and the validate pass's eager op log (Note [Eager op log]).
+
+#include <cstring>
+
+namespace graphcheck {
+
+// Ops that read data to the host on CUDA (a sync inside the op). Reading a value through
+// data_ptr() or .cpu() on a CPU tensor calls no op at all: the capture validation (replays on
+// fresh inputs vs eager) catches the control flow such a read freezes.
+inline constexpr const char* kHostSyncOps[] = {
+    "aten::item",           "aten::_local_scalar_dense", "aten::is_nonzero",
+    "aten::nonzero",        "aten::argwhere",            "aten::masked_select",
+    "aten::unique",         "aten::_unique",             "aten::_unique2",
+    "aten::unique_dim",     "aten::unique_consecutive",  "aten::unique_dim_consecutive",
+    "aten::equal",          "aten::allclose",            "aten::bincount",
+    "aten::tolist",         "aten::nonzero_numpy"};
+
+inline bool is_host_sync_op(const char* name) {
+  for (const char* op : kHostSyncOps) {
+    if (std::strcmp(name, op) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace graphcheck
