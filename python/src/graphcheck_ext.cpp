@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "graphcheck/engine/backend.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/cli.h"
 #include "graphcheck/engine/driver.h"
@@ -568,6 +569,11 @@ int run_cli(const std::vector<std::string>& args) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  // Note [Foreign objects in traced graphs]: traced graphs may own Python objects.
+  gc::set_host_lock([](const std::function<void()>& fn) {
+    py::gil_scoped_acquire gil;
+    fn();
+  });
   m.doc() = "graphcheck's engine, bound for the Python front (use the graphcheck package)";
   py::class_<WeightIterator, std::shared_ptr<WeightIterator>>(m, "WeightIterator")
       .def("__iter__", [](py::object self) { return self; })

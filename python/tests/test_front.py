@@ -146,6 +146,34 @@ def test_a_host_sync_inside_a_scripted_function_is_a_host_sync():
     assert any("host sync" in f["message"] for f in record.findings), record.explain()
 
 
+class _EqualBranches(torch.autograd.Function):
+    """Branches on a value read to the host through no op (a NumPy view) into ops that give the
+    same values (2y - y is y)."""
+
+    @staticmethod
+    def forward(ctx, y):
+        if float(y.abs().max().detach().numpy()) > 500:
+            return y * 2 - y
+        return y.clone()
+
+
+class FunctionBranch(Derived):
+    def forward(self, x):
+        return _EqualBranches.apply(self.proj(x)) * self.scale + self.inv_freq
+
+
+def test_an_autograd_function_in_the_forward_is_recorded_and_freed_under_the_gil():
+    # Note [Foreign objects in traced graphs]: a trace holds the Function as a prim::PythonOp that
+    # owns Python objects; freeing a recording without the GIL crashed the process (SIGSEGV in
+    # ~ConcretePythonOp). Note [Eager op log]: the ops inside the Function's apply are logged, so
+    # its other branch on the largest inputs forces those recordings. (The emulated replay runs
+    # the Function's Python code live, so that branch is not frozen there as in a CUDA graph.)
+    record = graphcheck.check(FunctionBranch)
+    assert record.status == "passed", record.explain()
+    skipped = [m["value"] for m in record.data["measurements"] if m["tag"] == "gc/validate/recapture/skipped"]
+    assert skipped and all(s < 4 for s in skipped), skipped
+
+
 class _Gate(torch.nn.Module):
     def forward(self, t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         return t * s + 1.0

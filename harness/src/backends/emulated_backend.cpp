@@ -358,11 +358,16 @@ class EmulatedGraph final : public CapturedGraph {
   EmulatedGraph(std::int64_t batch_size, const std::shared_ptr<torch::jit::Graph>& graph,
                 TensorList inputs, TensorList outputs, std::vector<GraphRead> reads)
       : m_batch_size(batch_size),
-        m_code(graph, fmt::format("graphcheck_emulated_bs{}", batch_size)),
+        m_code(std::make_unique<torch::jit::Code>(graph, fmt::format("graphcheck_emulated_bs{}", batch_size))),
         m_inputs(std::move(inputs)),
         m_outputs(std::move(outputs)),
         m_reads(std::move(reads)),
         m_signature(signature_of(*graph)) {}
+  ~EmulatedGraph() override {
+    with_host_lock([&] { m_code.reset(); });  // Note [Foreign objects in traced graphs]
+  }
+  EmulatedGraph(const EmulatedGraph&) = delete;
+  EmulatedGraph& operator=(const EmulatedGraph&) = delete;
 
   [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
   [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
@@ -373,7 +378,7 @@ class EmulatedGraph final : public CapturedGraph {
   void replay() override {
     torch::NoGradGuard no_grad;
     torch::jit::Stack stack(m_inputs.begin(), m_inputs.end());
-    torch::jit::InterpreterState(m_code).run(stack);
+    torch::jit::InterpreterState(*m_code).run(stack);
     TORCH_CHECK(stack.size() == m_outputs.size(), "graphcheck: the captured forward returned ",
                 stack.size(), " values, captured with ", m_outputs.size());
     // The static output buffers keep their addresses, as with a CUDA graph.
@@ -387,7 +392,7 @@ class EmulatedGraph final : public CapturedGraph {
   std::int64_t m_batch_size;
   // Not the traced graph itself: the interpreter's code holds its own copy of it, and a second
   // copy of a graph with a node per tensor is tens of MB at 10,000 tensors (issue 26).
-  torch::jit::Code m_code;
+  std::unique_ptr<torch::jit::Code> m_code;
   TensorList m_inputs;
   TensorList m_outputs;
   std::vector<GraphRead> m_reads;
@@ -454,14 +459,18 @@ class EmulatedBackend final : public GraphBackend {
     torch::NoGradGuard no_grad;
     TensorList inputs;
     for (const auto& t : example_inputs) inputs.push_back(t.clone());
-    Trace trace = trace_forward(model, inputs, batch_size);
-    TensorList static_outputs;
-    for (auto& v : trace.outputs) static_outputs.push_back(v.toTensor().clone());
-    std::vector<GraphRead> reads;
-    pin_constants(trace.state->graph->block(), reads);
-    pool_constants(*trace.state->graph);
-    return std::make_unique<EmulatedGraph>(batch_size, trace.state->graph, std::move(inputs),
-                                           std::move(static_outputs), std::move(reads));
+    std::unique_ptr<CapturedGraph> graph;
+    with_host_lock([&] {  // Note [Foreign objects in traced graphs]: the trace dies in here
+      Trace trace = trace_forward(model, inputs, batch_size);
+      TensorList static_outputs;
+      for (auto& v : trace.outputs) static_outputs.push_back(v.toTensor().clone());
+      std::vector<GraphRead> reads;
+      pin_constants(trace.state->graph->block(), reads);
+      pool_constants(*trace.state->graph);
+      graph = std::make_unique<EmulatedGraph>(batch_size, trace.state->graph, std::move(inputs),
+                                              std::move(static_outputs), std::move(reads));
+    });
+    return graph;
   }
 
   // Note [Recapture signature]: a fresh trace on `inputs`, its signature against the capture's.
@@ -476,8 +485,12 @@ class EmulatedBackend final : public GraphBackend {
     TensorList copies;
     for (const auto& t : inputs) copies.push_back(t.clone());
     try {
-      const Trace trace = trace_forward(model, copies, graph.batch_size());
-      return compare_signatures(emulated->signature(), signature_of(*trace.state->graph));
+      RecaptureDiff d;
+      with_host_lock([&] {  // Note [Foreign objects in traced graphs]
+        const Trace trace = trace_forward(model, copies, graph.batch_size());
+        d = compare_signatures(emulated->signature(), signature_of(*trace.state->graph));
+      });
+      return d;
     } catch (const BackendLimit& e) {
       // A call the trace cannot record on these inputs only: the recording is a diagnostic.
       RecaptureDiff d;
@@ -647,5 +660,23 @@ class EmulatedBackend final : public GraphBackend {
 }  // namespace
 
 std::unique_ptr<GraphBackend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
+
+namespace {
+HostLock& host_lock() {
+  static HostLock lock;
+  return lock;
+}
+}  // namespace
+
+void set_host_lock(HostLock lock) { host_lock() = std::move(lock); }
+
+void with_host_lock(const std::function<void()>& fn) {
+  const HostLock& lock = host_lock();
+  if (lock) {
+    lock(fn);
+  } else {
+    fn();
+  }
+}
 
 }  // namespace graphcheck

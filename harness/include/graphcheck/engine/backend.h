@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ class BackendLimit : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Note [Foreign objects in traced graphs]: a trace of a Python forward can hold Python objects
+// (an autograd Function's apply is a prim::PythonOp node that owns its function), and those may
+// be copied or freed only under the interpreter's lock (the GIL), which the engine does not hold.
+// A front whose model code runs in another language registers how to take that lock; the emulated
+// backend takes it wherever a traced graph is built, copied or freed. Without one, `fn` just runs.
+using HostLock = std::function<void(const std::function<void()>&)>;
+void set_host_lock(HostLock lock);
+void with_host_lock(const std::function<void()>& fn);
 
 class CapturedGraph {
  public:
