@@ -121,6 +121,9 @@ void feed(Hasher& h, const c10::IValue& v, int depth) {
   }
 }
 
+// The running digest: order matters.
+void fold(OpLogState& s, const Hasher& h) { s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops; }
+
 // A region that is no op (an autograd Function's apply, which records only its tensors) is
 // transparent: the ops inside it are the forward's own calls, as the tracer records them.
 bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
@@ -135,7 +138,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       Hasher h;
       h.tag('!');
       h.bytes(name, std::strlen(name));
-      s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops;
+      fold(s, h);
     }
     return nullptr;
   }
@@ -144,8 +147,7 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   h.tag('|');
   for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
   s.out->ops += 1;
-  // The running digest: order matters.
-  s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops;
+  fold(s, h);
   return nullptr;
 }
 

@@ -71,7 +71,8 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
   const auto inputs_list = passes::validation_inputs(scenario().seed, b);
   double recapture_seconds = 0;
   int recordings_skipped = 0;
-  // Note [Eager op log]: the capture's own input, run eagerly right after the capture.
+  // Note [Eager op log]: the capture's own input, run eagerly after the capture (before the
+  // first wide-range input).
   std::optional<OpLogDigest> capture_log;
   for (std::size_t k = 0; k < inputs_list.size(); ++k) {
     const auto [seed, scale] = inputs_list[k];
