@@ -1,6 +1,7 @@
 // The harness's own hot paths, each against a baseline measured in the same run (issue 13):
 //  - content fingerprint, poison fill and poison survivor scan vs memcpy, 1 MiB .. 1 GiB, one
 //    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
+//  - the floor under a scan of two arrays (BM_ReadTwo: reading both, nothing else) vs memcpy;
 //  - fingerprint of a transposed (non-contiguous) view vs memcpy, and libtorch's transposing copy
 //    of the same view for reference;
 //  - address snapshot (live_tensors + AddressIndex) and read resolution for 100 .. 100,000
@@ -16,6 +17,8 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+
+#include <emmintrin.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -146,6 +149,31 @@ torch::Tensor scan_subject(std::int64_t bytes, int kind, torch::Tensor& expected
   gc::fill_poison(t.narrow(0, 0, t.numel() / 64));  // a few survivors at the front
   return t;
 }
+
+// The floor under a scan against an expected value: reading the two arrays and nothing else (an
+// OR of every 16 bytes of both, four streams of loads in flight), counted like the scan (one
+// array's bytes). A scan that reads both arrays in full (uint8, where any byte can hold the
+// pattern) cannot pass this; where it is under 0.8x memcpy, so is every such scan.
+void BM_ReadTwo(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor a = random_floats(arg_bytes(state));
+  const torch::Tensor b = random_floats(arg_bytes(state));
+  const auto* pa = static_cast<const __m128i*>(a.data_ptr());
+  const auto* pb = static_cast<const __m128i*>(b.data_ptr());
+  const std::int64_t n = a.nbytes() / 64 * 4;
+  for (auto _ : state) {
+    __m128i x0 = _mm_setzero_si128(), x1 = x0, x2 = x0, x3 = x0;
+    for (std::int64_t i = 0; i < n; i += 4) {
+      x0 = _mm_or_si128(x0, _mm_or_si128(_mm_loadu_si128(pa + i), _mm_loadu_si128(pb + i)));
+      x1 = _mm_or_si128(x1, _mm_or_si128(_mm_loadu_si128(pa + i + 1), _mm_loadu_si128(pb + i + 1)));
+      x2 = _mm_or_si128(x2, _mm_or_si128(_mm_loadu_si128(pa + i + 2), _mm_loadu_si128(pb + i + 2)));
+      x3 = _mm_or_si128(x3, _mm_or_si128(_mm_loadu_si128(pa + i + 3), _mm_loadu_si128(pb + i + 3)));
+    }
+    benchmark::DoNotOptimize(_mm_or_si128(_mm_or_si128(x0, x1), _mm_or_si128(x2, x3)));
+  }
+  state.SetBytesProcessed(state.iterations() * a.nbytes());
+}
+BENCHMARK(BM_ReadTwo)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
 void BM_PoisonScan(benchmark::State& state) {
   gc::set_intra_op_threads(1);

@@ -176,6 +176,20 @@ TEST(ByteScan, CountsAcrossBlocks) {
   data[0] = 0;
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 100'000, 1, 0xFF), 99'999);
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 50'000, 2, 0xFF), 49'999);
+  // Every width, over many prefetch blocks and a tail, with misses in the middle and at the end.
+  std::vector<std::uint8_t> more(1'000'003, 0xFF);
+  for (std::size_t i = 4095; i < more.size(); i += 7919) more[i] = 0;
+  more.back() = 0;
+  for (std::size_t width : {1, 2, 4, 8}) {
+    const std::int64_t n = static_cast<std::int64_t>(more.size() / width);
+    std::int64_t want = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      bool all = true;
+      for (std::size_t b = 0; b < width; ++b) all = all && more[static_cast<std::size_t>(i) * width + b] == 0xFF;
+      want += all;
+    }
+    EXPECT_EQ(scan::count_pattern(more.data(), nullptr, n, width, 0xFF), want) << width;
+  }
 }
 
 // Against an expected value, at every width: every element a hit (the byte scan's counters fill

@@ -6,6 +6,22 @@
 namespace graphcheck::scan {
 namespace {
 
+// Note [Scans prefetch ahead]: one core's own prefetcher keeps too few lines in flight for a
+// read-only stream to reach memcpy's speed here (bench/harness_bench, 256 MiB: the scan without
+// an expected value read at 0.69x memcpy, the float32 scan against one at 0.70x; prefetching
+// 32 KiB ahead, 0.84x and 0.98x). As each 4 KiB block starts, the block 32 KiB past it is
+// requested. Not for a scan of two arrays in full (the uint8 one): two prefetched streams read
+// slower than two plain ones (BM_ReadTwo, 4.4 against 4.8 GB/s).
+constexpr std::int64_t kPrefetchBlock = 4096;
+constexpr std::int64_t kPrefetchAhead = 1 << 15;
+
+inline void prefetch_block(const void* base, std::int64_t at_bytes, std::int64_t total_bytes) {
+  const auto* p = static_cast<const char*>(base);
+  const std::int64_t from = at_bytes + kPrefetchAhead;
+  const std::int64_t to = std::min(total_bytes, from + kPrefetchBlock);
+  for (std::int64_t q = from; q < to; q += 64) __builtin_prefetch(p + q);
+}
+
 template <class U>
 U pattern_of(std::uint8_t byte) {
   U p;
@@ -17,13 +33,20 @@ U pattern_of(std::uint8_t byte) {
 // vectorises without widening; the block fits the counter (255 for bytes).
 template <class U>
 std::int64_t count_typed(const U* a, std::int64_t n, U p) {
-  constexpr std::int64_t kBlock = sizeof(U) == 1 ? 255 : 1 << 15;
+  // Note [Scans prefetch ahead]; a run of counts fits the counter (255 for bytes).
+  constexpr std::int64_t kPer = kPrefetchBlock / static_cast<std::int64_t>(sizeof(U));
+  constexpr std::int64_t kRun = sizeof(U) == 1 ? 255 : kPer;
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(U));
   std::int64_t total = 0;
-  for (std::int64_t at = 0; at < n; at += kBlock) {
-    const std::int64_t end = std::min(n, at + kBlock);
-    U c = 0;
-    for (std::int64_t i = at; i < end; ++i) c += static_cast<U>(a[i] == p);
-    total += c;
+  for (std::int64_t at = 0; at < n; at += kPer) {
+    prefetch_block(a, at * static_cast<std::int64_t>(sizeof(U)), bytes);
+    const std::int64_t stop = std::min(n, at + kPer);
+    for (std::int64_t run = at; run < stop; run += kRun) {
+      const std::int64_t end = std::min(stop, run + kRun);
+      U c = 0;
+      for (std::int64_t i = run; i < end; ++i) c += static_cast<U>(a[i] == p);
+      total += c;
+    }
   }
   return total;
 }
@@ -37,7 +60,10 @@ std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
   constexpr std::int64_t kRun = 256 / static_cast<std::int64_t>(sizeof(U));
   std::int64_t total = 0;
   std::int64_t at = 0;
+  constexpr std::int64_t kPer = kPrefetchBlock / static_cast<std::int64_t>(sizeof(U));
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(U));
   for (; at + kRun <= n; at += kRun) {
+    if (at % kPer == 0) prefetch_block(a, at * static_cast<std::int64_t>(sizeof(U)), bytes);  // Note [Scans prefetch ahead]
     U hits = 0;
     for (std::int64_t i = at; i < at + kRun; ++i) hits += static_cast<U>(a[i] == p);
     if (hits == 0) continue;
