@@ -453,6 +453,7 @@ class EmulatedBackend final : public GraphBackend {
   [[nodiscard]] bool keeps_storages_alive() const override { return true; }
   [[nodiscard]] MemoryMeter& memory_meter() override { return m_meter; }
   void synchronize() override {}
+  [[nodiscard]] bool records_forwards() const override { return true; }
 
   std::unique_ptr<CapturedGraph> capture(LifecycleModel& model, const TensorList& example_inputs,
                                          std::int64_t batch_size) override {

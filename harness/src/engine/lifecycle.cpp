@@ -170,7 +170,8 @@ void PassRun::lifecycle() {
       CaptureEvent e;
       static_cast<PhaseEvent&>(e) = event(Phase::capture);
       TensorList inputs = input_for(b, 0);
-      if (m_pass == Pass::validate) (void)eager(inputs, &m_precapture_logs[b]);  // Note [Eager op log]
+      // Note [Eager op log]: only where the backend records forwards (the log skips recordings).
+      if (m_pass == Pass::validate && backend().records_forwards()) (void)eager(inputs, &m_precapture_logs[b]);
       begin(&Probe::on_capture_begin, e);
       m_graphs.push_back(call_model(Phase::capture, "forward() under capture",
                                     [&] { return m_driver.backend().capture(*m_model, inputs, b); }));

@@ -19,6 +19,8 @@
 // op only under the tracer), is the same on every input of one batch size. A shape combined with
 // a value read from data through no op (a NumPy view) would break it; a read through an op is a
 // host sync, refused at capture.
+// A backend that records nothing (GraphBackend::records_forwards(): the cuda one) has no
+// recording to skip, so the pass neither logs nor runs the extra eager forwards there.
 
 #include <cstdint>
 

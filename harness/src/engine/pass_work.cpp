@@ -85,12 +85,14 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     }
     r.replay_outputs = replay(index, inputs);
     const bool wide = k >= kValidationRecaptureFrom;
+    // A backend that records nothing (cuda) has no recording to skip: no log either.
+    const bool logged = wide && backend().records_forwards();
     OpLogDigest log;
-    if (wide && !capture_log) {
+    if (logged && !capture_log) {
       capture_log.emplace();
       (void)eager(input_for(b, 0), &*capture_log);
     }
-    r.eager_outputs = eager(inputs, wide ? &log : nullptr);
+    r.eager_outputs = eager(inputs, logged ? &log : nullptr);
     // The differential's own tolerance, per output (dtype and magnitude of each).
     r.tolerance = outputs_tolerance(r.eager_outputs, backend().exact(), backend().min_tolerance(), noise_floor(b));
     const bool agrees = outputs_agree(r.replay_outputs, r.eager_outputs, r.tolerance);
@@ -101,7 +103,7 @@ void PassRun::validate_capture(std::size_t index, const CaptureEvent& capture) {
     // An empty log proves nothing (op callbacks off in this thread): record. The logs just before
     // and after the capture agree unless the capture itself changed what the forward does.
     const auto before = m_precapture_logs.find(b);
-    if (agrees && wide && capture_log->ops > 0 && before != m_precapture_logs.end() &&
+    if (agrees && logged && capture_log->ops > 0 && before != m_precapture_logs.end() &&
         before->second == *capture_log && log == *capture_log) {
       r.recapture.supported = true;
       ++recordings_skipped;

@@ -141,6 +141,10 @@ class GraphBackend {
   virtual std::unique_ptr<CapturedGraph> capture(LifecycleModel& model,
                                                  const TensorList& example_inputs,
                                                  std::int64_t batch_size) = 0;
+  // Whether recapture_diff() records anything (the default says it cannot). The validate pass
+  // runs the eager op log (Note [Eager op log]) only for a backend that does: the log exists to
+  // skip recordings.
+  [[nodiscard]] virtual bool records_forwards() const { return false; }
   // Records model.forward_all(inputs) as a capture would now, without keeping it, and compares
   // it with `graph` (one of this backend's). The default says the backend cannot.
   virtual RecaptureDiff recapture_diff(const CapturedGraph& graph, LifecycleModel& model, const TensorList& inputs) {
