@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "engine/streams.h"
 #include "graphcheck/model.h"
 #include "graphcheck/safetensors.h"
+#include "synthetic_fill.h"
 #include "torch_compat.h"
 
 #include "temp_dir_test.h"
@@ -693,6 +695,38 @@ TEST(CheckpointModel, SynthesizeCheckpointIsDeterministicInTheSeed) {
   }
   EXPECT_TRUE(any_difference) << "seeds 5 and 6 gave the same checkpoint";
   EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3}))) << "synthesizing must not load";
+}
+
+// 16- and 64-bit tensors are drawn in float32 a chunk at a time and converted: the values are a
+// whole float32 draw's, converted once. Tensors of several chunks, the last one odd.
+TEST(CheckpointModel, SynthesizedTensorsOfOtherDtypesAreTheFloat32DrawConverted) {
+  class Wide : public LifecycleModel {
+   public:
+    Wide() {
+      m_module.register_parameter("b", torch::zeros({7, 13337}, torch::kBFloat16), false);
+      m_module.register_parameter("h", torch::zeros({40001}, torch::kFloat16), false);
+      m_module.register_parameter("d", torch::zeros({5, 20001}, torch::kFloat64), false);
+      m_module.register_parameter("f", torch::zeros({3, 33333}, torch::kFloat32), false);
+    }
+    torch::nn::Module& module() override { return m_module; }
+    std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+    void process_weights_after_loading() override {}
+    torch::Tensor forward(const torch::Tensor& input) override { return input; }
+    torch::Tensor make_input(std::int64_t batch_size, std::uint64_t) override { return torch::zeros({batch_size, 1}); }
+    torch::nn::Module m_module;
+  };
+  Wide model;
+  const auto synthesized = model.synthesize_checkpoint(11);
+  ASSERT_EQ(synthesized.size(), 4u);
+  for (std::size_t i = 0; i < synthesized.size(); ++i) {
+    const torch::Tensor& t = synthesized[i].tensor;
+    SCOPED_TRACE(synthesized[i].name);
+    const double std = t.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.size(-1))) : 0.5;
+    torch::Tensor floats = torch::empty(t.sizes(), torch::kFloat32);
+    synth::fill_uniform(floats.data_ptr<float>(), static_cast<std::size_t>(floats.numel()), synth::stream_key(11, i),
+                        static_cast<float>(std::sqrt(3.0) * std));
+    EXPECT_TRUE(torch::equal(t, floats.to(t.scalar_type())));
+  }
 }
 
 TEST_F(CheckpointFileTest, SynthesizedCheckpointCoversMixedDtypesAndLoads) {

@@ -223,6 +223,18 @@ TEST(SyntheticFill, SameKeySameValuesOtherKeyOtherValues) {
   EXPECT_NE(synth::stream_key(7, 0), synth::stream_key(8, 0));
 }
 
+// A fill from an even offset continues the stream: chunks, the last one odd, give the values of
+// one fill (synthesize_checkpoint draws 16-bit tensors a chunk at a time).
+TEST(SyntheticFill, AFillFromAnEvenOffsetContinuesTheStream) {
+  const std::size_t n = 100'001;
+  std::vector<float> whole(n), pieces(n);
+  synth::fill_uniform(whole.data(), n, synth::stream_key(9, 4), 0.5f);
+  for (std::size_t at = 0; at < n; at += 4096) {
+    synth::fill_uniform(pieces.data() + at, std::min<std::size_t>(4096, n - at), synth::stream_key(9, 4), 0.5f, at);
+  }
+  EXPECT_EQ(whole, pieces);
+}
+
 TEST(SyntheticFill, UniformWithinItsHalfWidthWithTheMatchingSpread) {
   const std::size_t n = 1'000'001;  // odd: the tail element too
   std::vector<float> v(n);

@@ -57,6 +57,10 @@ std::string_view to_string(TensorKind kind) {
 
 namespace {
 
+// Float32 draws converted a chunk at a time (synthesize_checkpoint): 128 KiB, in L2. Even, so that
+// every chunk but the last starts a draw.
+constexpr std::int64_t kSynthesisChunk = std::int64_t{1} << 15;
+
 std::string join_path(const std::string& prefix, const std::string& key) {
   if (prefix.empty()) return key;
   std::string name;
@@ -559,6 +563,7 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
   // and a conversion were a large part of the harness's own cost on a large model (issue 13).
   std::vector<NamedTensor> out;
   std::uint64_t index = 0;
+  torch::Tensor scratch;  // float32 draws for the 16-bit and 64-bit tensors, a chunk at a time
   for (auto& e : checkpoint_layout(*this)) {
     const torch::Tensor& t = e.region;
     const auto dtype = t.scalar_type();
@@ -573,10 +578,28 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
       // Scaled like an initialiser (std 1/sqrt(fan-in)) so that deep stacks stay finite; a
       // uniform draw of half-width sqrt(3) * std has that std.
       const double std = t.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.size(-1))) : 0.5;
-      torch::Tensor floats = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
-      synth::fill_uniform(floats.data_ptr<float>(), static_cast<std::size_t>(floats.numel()), key,
-                          static_cast<float>(std::sqrt(3.0) * std));
-      value = floats.to(dtype);
+      const auto half_width = static_cast<float>(std::sqrt(3.0) * std);
+      if (dtype == torch::kFloat32) {
+        value = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
+        synth::fill_uniform(value.data_ptr<float>(), static_cast<std::size_t>(value.numel()), key, half_width);
+      } else {
+        // Drawn in float32 a chunk at a time into a buffer that stays in cache, each chunk
+        // converted into the tensor (the values a whole float32 draw and .to(dtype) give): no
+        // float32 copy of the tensor's size to allocate, fault in and read back (issue 26).
+        value = torch::empty(t.sizes(), torch::TensorOptions().dtype(dtype));
+        const torch::Tensor flat = value.view({-1});
+        const std::int64_t n = flat.numel();
+        const std::int64_t chunk = std::min<std::int64_t>(n, kSynthesisChunk);
+        if (!scratch.defined() || scratch.numel() < chunk) {
+          scratch = torch::empty({std::max<std::int64_t>(chunk, 1)}, torch::TensorOptions().dtype(torch::kFloat32));
+        }
+        for (std::int64_t at = 0; at < n; at += chunk) {
+          const std::int64_t len = std::min(chunk, n - at);
+          synth::fill_uniform(scratch.data_ptr<float>(), static_cast<std::size_t>(len), key, half_width,
+                              static_cast<std::size_t>(at));
+          flat.narrow(0, at, len).copy_(scratch.narrow(0, 0, len));
+        }
+      }
     }
     out.push_back({e.checkpoint, value.contiguous()});
   }

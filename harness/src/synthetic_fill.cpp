@@ -18,9 +18,11 @@ std::uint64_t stream_key(std::uint64_t seed, std::uint64_t index) {
   return mix(mix(seed + kGamma) ^ (index * kGamma + 1));
 }
 
-void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width) {
+void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width, std::size_t first) {
   // Two floats per 64-bit draw, 24 bits each: u in [0, 2^24), x = (u - 2^23) * half_width / 2^23.
+  // Element j of the stream is half of draw j / 2: a fill from an even `first` continues one.
   const float scale = half_width / 8388608.0f;
+  key += first / 2 * kGamma;
   const std::size_t pairs = n / 2;
   for (std::size_t i = 0; i < pairs; ++i) {
     const std::uint64_t h = mix(key + (i + 1) * kGamma);

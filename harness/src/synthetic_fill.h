@@ -14,8 +14,9 @@ namespace graphcheck::synth {
 // The key of the stream for tensor `index` of the checkpoint synthesized for `seed`.
 [[nodiscard]] std::uint64_t stream_key(std::uint64_t seed, std::uint64_t index);
 
-// `n` floats uniform in [-half_width, half_width) (standard deviation half_width / sqrt(3)).
-void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width);
+// `n` floats uniform in [-half_width, half_width) (standard deviation half_width / sqrt(3)):
+// elements [first, first + n) of the stream, `first` even (a draw makes two).
+void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width, std::size_t first = 0);
 
 // `n` bytes uniform in [0, mask] for a mask of the form 2^k - 1 (1: booleans, 7: small integers).
 void fill_masked_bytes(std::uint8_t* out, std::size_t n, std::uint64_t key, std::uint8_t mask);
