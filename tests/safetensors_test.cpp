@@ -534,6 +534,38 @@ TEST_F(SafetensorsWrite, FileIsMoveOnlyAndDataRejectsForeignInfo) {
   }
 }
 
+// Note [Validated headers]: a large header seen before is not parsed again, but a file whose
+// header or size differs from it in anything is checked in full: a copy cut short, one with a
+// byte of its header changed, and one grown by a byte are each refused, after the good file was
+// opened (and its header kept).
+TEST_F(SafetensorsWrite, AKnownHeaderIsReusedOnlyForTheSameHeaderAndSize) {
+  const std::string path = (m_dir / "many.safetensors").string();
+  std::vector<std::int32_t> values(600);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int32_t>(i);
+  std::vector<std::string> names;
+  for (int i = 0; i < 300; ++i) names.push_back("model.layers." + std::to_string(i) + ".mlp.experts.gate_proj.weight");
+  std::vector<TensorView> views;
+  for (std::size_t i = 0; i < names.size(); ++i) views.push_back({names[i], Dtype::I32, {2}, &values[2 * i], 8});
+  write(path, views);
+  for (int round = 0; round < 2; ++round) {  // the second open takes the kept header
+    const File file = File::open(path);
+    ASSERT_GE(file.header_size(), 16u << 10) << "the header must be large enough to be kept";
+    ASSERT_EQ(file.tensors().size(), 300u);
+    ASSERT_NE(file.find(names[299]), nullptr);
+    EXPECT_EQ(decode(file, *file.find(names[299])), (std::vector<double>{598, 599}));
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  expect_rejected("short.safetensors", bytes.substr(0, bytes.size() - 4), {"truncated"});
+  std::string grown = bytes + '\0';
+  expect_rejected("grown.safetensors", grown, {"trailing bytes"});
+  std::string changed = bytes;
+  const auto at = changed.find("\"I32\"");
+  ASSERT_NE(at, std::string::npos);
+  changed.replace(at, 5, "\"I16\"");  // one tensor's dtype: its 8 bytes no longer fit its shape
+  expect_rejected("changed.safetensors", changed, {"'model.layers."});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Files graphcheck must accept although its writer would not produce them
 

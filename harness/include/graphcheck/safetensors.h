@@ -152,6 +152,8 @@ class File {
   File() = default;
   // Validates the image at m_map (m_file_size bytes) and fills the members below from it.
   void validate();
+  // validate()'s parse and checks of the header text (Note [Validated headers]).
+  void validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size);
   void release() noexcept;
 
   std::string m_path;

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -427,6 +429,53 @@ MapRegistry& map_registry() {
   return *registry;
 }
 
+// Note [Validated headers]: what validate() derives from a header (the tensors in data order,
+// the index, the metadata) depends only on the header's bytes and the file's size. A run opens
+// the same checkpoints many times (every pass loads each one, model B and the stream-order pass
+// again); a 10,000-tensor header took 80-100 ms to parse, check and free each time, 4% of a run
+// with every probe (issue 26). So the last few large headers that passed are kept with what they
+// gave, and a file whose header is byte for byte one of them, at the same size, takes that
+// instead of parsing again. A header that fails is never kept: its error is found anew.
+struct ValidatedHeader {
+  std::uint64_t file_size = 0;
+  std::string text;
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::size_t, std::less<>> index;
+  std::map<std::string, std::string> metadata;
+};
+
+class HeaderCache {
+ public:
+  // Headers below this are parsed again: the comparison would save little.
+  static constexpr std::uint64_t kMinBytes = 16 << 10;
+  static constexpr std::size_t kEntries = 4;
+
+  std::shared_ptr<const ValidatedHeader> find(std::uint64_t file_size, std::string_view text) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    for (const auto& e : m_entries) {
+      if (e->file_size == file_size && e->text.size() == text.size() &&
+          std::memcmp(e->text.data(), text.data(), text.size()) == 0) {
+        return e;
+      }
+    }
+    return nullptr;
+  }
+  void add(std::shared_ptr<const ValidatedHeader> entry) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_entries.insert(m_entries.begin(), std::move(entry));
+    if (m_entries.size() > kEntries) m_entries.pop_back();
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::vector<std::shared_ptr<const ValidatedHeader>> m_entries;  // the latest first
+};
+
+HeaderCache& header_cache() {
+  static HeaderCache* cache = new HeaderCache;  // never destroyed: files may be opened by statics
+  return *cache;
+}
+
 }  // namespace
 
 std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept {
@@ -528,6 +577,31 @@ void File::validate() {
   const std::uint64_t data_size = size - m_data_offset;
 
   const auto* text = reinterpret_cast<const char*>(m_map + k_prefix_size);
+  // Note [Validated headers]
+  const std::string_view header_text(text, header_size);
+  const bool cacheable = header_size >= HeaderCache::kMinBytes;
+  if (cacheable) {
+    if (const auto known = header_cache().find(size, header_text)) {
+      m_tensors = known->tensors;
+      m_index = known->index;
+      m_metadata = known->metadata;
+      return;
+    }
+  }
+  validate_header(text, header_size, data_size);
+  if (cacheable) {
+    auto entry = std::make_shared<ValidatedHeader>();
+    entry->file_size = size;
+    entry->text.assign(header_text);
+    entry->tensors = m_tensors;
+    entry->index = m_index;
+    entry->metadata = m_metadata;
+    header_cache().add(std::move(entry));
+  }
+}
+
+void File::validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size) {
+  const std::string& path = m_path;
   const Json header = parse_header(path, text, text + header_size);
   if (!header.is_object()) {
     fail(path,
