@@ -354,3 +354,33 @@ def test_ctrl_c_stops_the_run_with_reports_intact(repo, python_env, tmp_path):
     doc = json.loads(report.read_text())
     assert doc["complete"] is False and "SIGINT" in doc["incomplete_reason"], doc["incomplete_reason"]
     assert [s["name"] for s in doc["scenarios"] if s["status"] == "passed"] == ["py-test-derived"], out
+
+
+USER_TRACE = '''
+import torch
+
+def f(x):
+    return x * 2 + 1
+
+seen = []
+for step in range(2):
+    if step == 1:
+        import graphcheck  # Note [Source of traced ops]: installs its recorder
+    graph = torch.jit.trace(f, torch.ones(2)).graph
+    seen.append([(n.kind(), n.sourceRange()) for n in graph.nodes()])
+assert seen[0] == seen[1], seen
+assert all(r.startswith(__file__ + "(5): f\\n") for _, r in seen[1]), seen[1]
+print("same sources", len(seen[1]))
+'''
+
+
+def test_a_users_own_trace_keeps_the_sources_torch_records(python_env, tmp_path):
+    # Note [Source of traced ops]: graphcheck records less only inside its own traces; a trace the
+    # user makes in the same process gets, node for node, the source torch itself records (every
+    # frame, constants too).
+    script = tmp_path / "user_trace.py"
+    script.write_text(USER_TRACE)
+    out = subprocess.run([sys.executable, "-W", "ignore", str(script)], env=python_env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "same sources 5" in out.stdout, out.stdout

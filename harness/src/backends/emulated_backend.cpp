@@ -36,6 +36,20 @@
 namespace graphcheck {
 namespace {
 
+thread_local bool t_tracing_forward = false;
+
+// Marks this thread as inside one of the backend's traces (tracing_forward()), nesting.
+class TracingForward {
+ public:
+  TracingForward() : m_was(t_tracing_forward) { t_tracing_forward = true; }
+  ~TracingForward() { t_tracing_forward = m_was; }
+  TracingForward(const TracingForward&) = delete;
+  TracingForward& operator=(const TracingForward&) = delete;
+
+ private:
+  bool m_was;
+};
+
 // Host syncs (host_sync_ops.h): the tracer bakes their results into the graph as constants, so
 // they are seen through RecordFunction instead.
 
@@ -636,6 +650,7 @@ class EmulatedBackend final : public GraphBackend {
         return torch::jit::Stack(out.begin(), out.end());
       };
       try {
+        const TracingForward tracing;  // Note [Source of traced ops]
         std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
       } catch (const std::exception& e) {
         refuse_scripted_module_call(e);
@@ -670,6 +685,8 @@ HostLock& host_lock() {
 }  // namespace
 
 void set_host_lock(HostLock lock) { host_lock() = std::move(lock); }
+
+bool tracing_forward() { return t_tracing_forward; }
 
 void with_host_lock(const std::function<void()>& fn) {
   const HostLock& lock = host_lock();

@@ -55,6 +55,11 @@ using HostLock = std::function<void(const std::function<void()>&)>;
 void set_host_lock(HostLock lock);
 void with_host_lock(const std::function<void()>& fn);
 
+// Whether this thread is inside one of the emulated backend's traces of a forward (a capture or a
+// fresh recording). A front that records where each traced op comes from records only what the
+// engine reads there (Note [Source of traced ops], python/src/graphcheck_ext.cpp).
+[[nodiscard]] bool tracing_forward();
+
 class CapturedGraph {
  public:
   virtual ~CapturedGraph() = default;
