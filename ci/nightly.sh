@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The nightly job (GPU or CPU runner): builds (ci/build.sh), runs the whole scenario suite
-# (`graphcheck run scenarios/ --slow`: the slow scale scenarios too) and the kill matrix (`graphcheck mutants scenarios/`), and, given
+# (`graphcheck run scenarios/ --slow`: the slow scale scenarios too) and the kill matrix (`graphcheck mutants scenarios/`), the same
+# for the Python front (`python -m graphcheck run scenarios/python --slow`, `... mutants scenarios/python`; reports in
+# REPORT_DIR/python and REPORT_DIR/python-mutants), and, given
 # the previous night's graphcheck.json, compares tonight's against it (`graphcheck compare`: new
 # failures, time and memory regressions). Every step runs even when an earlier one failed; a
 # one-line summary per step ends the output. Exits with the highest exit code of the steps (0: all
@@ -50,7 +52,7 @@ if [[ -n $baseline && -f $baseline ]]; then
   saved=$(mktemp)
   cp -- "$baseline" "$saved"
 fi
-rm -rf -- "$dir/work" "$dir/mutants"
+rm -rf -- "$dir/work" "$dir/mutants" "$dir/python" "$dir/python-mutants"
 rm -f -- "$dir"/graphcheck.{json,md,html} "$dir/graphcheck-trace.json" "$dir/junit.xml" \
   "$dir"/mutants.{json,md,html} "$dir/mutants-trace.json" "$dir/mutants-junit.xml" \
   "$dir/compare.md" "$dir/baseline.json" "$dir"/{run,mutants,compare}-console.log
@@ -63,6 +65,23 @@ step run "$gc" run scenarios/ --slow --backend "$backend" --report-dir "$dir"
 step mutants "$gc" mutants scenarios/ --backend "$backend" --report-dir "$dir/mutants" \
   --json "$dir/mutants.json" --junit "$dir/mutants-junit.xml" --markdown "$dir/mutants.md" \
   --html "$dir/mutants.html" --trace "$dir/mutants-trace.json"
+
+# ---- the Python front ----------------------------------------------------------------------
+# scenarios/python/ through `python -m graphcheck` (its slow scale scenario too) and their kill
+# matrix, with the interpreter the build found (GRAPHCHECK_PYTHON in the CMake cache). Without a
+# Python front in the build tree: an error, unless the binary was built elsewhere (then not run).
+build_dir="${GRAPHCHECK_BUILD_DIR:-build}"
+py=$(sed -n 's/^GRAPHCHECK_PYTHON:FILEPATH=//p' "$build_dir/CMakeCache.txt" 2>/dev/null || true)
+if [[ -d $build_dir/python/graphcheck && -n $py ]]; then
+  export PYTHONPATH="$build_dir/python${PYTHONPATH:+:$PYTHONPATH}"
+  step python-run "$py" -m graphcheck run scenarios/python --slow --backend "$backend" --report-dir "$dir/python"
+  step python-mutants "$py" -m graphcheck mutants scenarios/python --backend "$backend" \
+    --report-dir "$dir/python-mutants"
+elif [[ ${GRAPHCHECK_SKIP_BUILD:-0} == 1 ]]; then
+  record python - "not run: no Python front in $build_dir (GRAPHCHECK_SKIP_BUILD=1, a binary built elsewhere)"
+else
+  record python 2 "the Python front is not built in $build_dir (no Python headers for its torch): scenarios/python/ not run"
+fi
 
 # ---- regressions against the previous night -------------------------------------------------
 if [[ -z $baseline ]]; then

@@ -20,8 +20,8 @@ step() {
   say "--- $name: $*"
   "$@" 2>&1 | tee "$dir/$name-console.log" || rc=$?
   case $name in
-    run) line=$(grep -E '^[0-9]+ scenarios?: ' "$dir/$name-console.log" | tail -n1 || true) ;;
-    mutants) line=$(grep -E '^[0-9]+ runs?, ' "$dir/$name-console.log" | tail -n1 | sed 's/; reports:.*//' || true) ;;
+    run | python-run) line=$(grep -E '^[0-9]+ scenarios?: ' "$dir/$name-console.log" | tail -n1 || true) ;;
+    mutants | python-mutants) line=$(grep -E '^[0-9]+ runs?, ' "$dir/$name-console.log" | tail -n1 | sed 's/; reports:.*//' || true) ;;
     compare) line=$(grep -E '^## graphcheck compare: ' "$dir/$name-console.log" | head -n1 | sed 's/^## //' || true) ;;
   esac
   # No summary line (a usage error, a crash of the CLI): the console's last line says why.
@@ -55,10 +55,10 @@ summarize() {
   for i in "${!steps[@]}"; do
     code=${codes[$i]}
     if [[ $code == - ]]; then
-      lines+=("$(printf '%-8s %s' "${steps[$i]}" "${notes[$i]}")")
+      lines+=("$(printf '%-14s %s' "${steps[$i]}" "${notes[$i]}")")
       continue
     fi
-    lines+=("$(printf '%-8s exit %-3s %s' "${steps[$i]}" "$code" "${notes[$i]}")")
+    lines+=("$(printf '%-14s exit %-3s %s' "${steps[$i]}" "$code" "${notes[$i]}")")
     if ((code != 0)); then
       failed+=("${steps[$i]} (exit $code)")
       if ((code > status)); then status=$code; fi
