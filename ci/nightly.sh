@@ -55,7 +55,7 @@ fi
 rm -rf -- "$dir/work" "$dir/mutants" "$dir/python" "$dir/python-mutants"
 rm -f -- "$dir"/graphcheck.{json,md,html} "$dir/graphcheck-trace.json" "$dir/junit.xml" \
   "$dir"/mutants.{json,md,html} "$dir/mutants-trace.json" "$dir/mutants-junit.xml" \
-  "$dir/compare.md" "$dir/baseline.json" "$dir"/{run,mutants,compare}-console.log
+  "$dir/compare.md" "$dir/baseline.json" "$dir"/{run,mutants,python-run,python-mutants,compare}-console.log
 if [[ -n $saved ]]; then mv -- "$saved" "$dir/baseline.json"; fi
 
 # ---- the suite and the kill matrix ----------------------------------------------------------

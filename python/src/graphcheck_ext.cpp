@@ -584,29 +584,39 @@ void record_source(torch::jit::Node* node) {
   const bool engine = gc::tracing_forward();
   if (engine && node->kind() == c10::prim::Constant) return;
   py::gil_scoped_acquire gil;
+  const py::error_scope pending;  // a Python error set before this call stays as it was
   std::string text;
   std::optional<std::string> file;
   std::size_t line = 0;
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  Py_XINCREF(frame);
-  while (frame != nullptr) {
-    PyCodeObject* code = PyFrame_GetCode(frame);  // a new reference
-    std::string filename = utf8(code->co_filename);
-    const std::string function = utf8(code->co_name);
-    Py_DECREF(code);
-    const int at = PyFrame_GetLineNumber(frame);
-    const bool torch_own = filename.find("/torch/") != std::string::npos;
-    if (!engine || !torch_own) {
-      text.append(filename).append("(").append(std::to_string(at)).append("): ").append(function).append("\n");
-      if (!file) {
-        file = std::move(filename);
-        line = static_cast<std::size_t>(at);
-      }
+  // The engine's fallback where every frame is torch's own (source_of's too): the innermost.
+  std::optional<std::string> innermost;
+  std::string innermost_function;
+  int innermost_line = 0;
+  const auto add = [&](const std::string& filename, int at, const std::string& function) {
+    text.append(filename).append("(").append(std::to_string(at)).append("): ").append(function).append("\n");
+    if (!file) {
+      file = filename;
+      line = static_cast<std::size_t>(at);
     }
-    PyFrameObject* back = engine && file ? nullptr : PyFrame_GetBack(frame);  // a new reference
-    Py_DECREF(frame);
-    frame = back;
+  };
+  py::object frame = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  while (frame) {
+    auto* f = reinterpret_cast<PyFrameObject*>(frame.ptr());
+    const py::object code = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
+    const auto* c = reinterpret_cast<const PyCodeObject*>(code.ptr());
+    const std::string filename = utf8(c->co_filename);
+    const std::string function = utf8(c->co_name);
+    const int at = PyFrame_GetLineNumber(f);
+    if (engine && !innermost) {
+      innermost = filename;
+      innermost_line = at;
+      innermost_function = function;
+    }
+    if (!engine || filename.find("/torch/") == std::string::npos) add(filename, at, function);
+    if (engine && file) break;
+    frame = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetBack(f)));
   }
+  if (engine && !file && innermost) add(*innermost, innermost_line, innermost_function);
   auto source = std::make_shared<torch::jit::Source>(text, file, line);
   node->setSourceRange(torch::jit::SourceRange(source, 0, text.size()));
 }

@@ -446,8 +446,10 @@ struct ValidatedHeader {
 
 class HeaderCache {
  public:
-  // Headers below this are parsed again: the comparison would save little.
+  // Headers below this are parsed again: the comparison would save little. Above the second
+  // (100,000 tensors have about 8 MiB), too: four of them would keep a lot of heap for good.
   static constexpr std::uint64_t kMinBytes = 16 << 10;
+  static constexpr std::uint64_t kMaxBytes = std::uint64_t{32} << 20;
   static constexpr std::size_t kEntries = 4;
 
   std::shared_ptr<const ValidatedHeader> find(std::uint64_t file_size, std::string_view text) {
@@ -579,7 +581,7 @@ void File::validate() {
   const auto* text = reinterpret_cast<const char*>(m_map + k_prefix_size);
   // Note [Validated headers]
   const std::string_view header_text(text, header_size);
-  const bool cacheable = header_size >= HeaderCache::kMinBytes;
+  const bool cacheable = header_size >= HeaderCache::kMinBytes && header_size <= HeaderCache::kMaxBytes;
   if (cacheable) {
     if (const auto known = header_cache().find(size, header_text)) {
       m_tensors = known->tensors;
