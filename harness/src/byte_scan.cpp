@@ -1,5 +1,7 @@
 #include "byte_scan.h"
 
+#include "prefetch.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -16,10 +18,8 @@ constexpr std::int64_t kPrefetchBlock = 4096;
 constexpr std::int64_t kPrefetchAhead = 1 << 15;
 
 inline void prefetch_block(const void* base, std::int64_t at_bytes, std::int64_t total_bytes) {
-  const auto* p = static_cast<const char*>(base);
-  const std::int64_t from = at_bytes + kPrefetchAhead;
-  const std::int64_t to = std::min(total_bytes, from + kPrefetchBlock);
-  for (std::int64_t q = from; q < to; q += 64) __builtin_prefetch(p + q);
+  const auto from = static_cast<std::size_t>(at_bytes + kPrefetchAhead);
+  prefetch_lines(base, from, from + kPrefetchBlock, static_cast<std::size_t>(total_bytes));
 }
 
 template <class U>

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graphcheck/checkpoint.h"
+#include "prefetch.h"
 #include "xxh3_wide.h"
 
 #if GRAPHCHECK_HAS_CUDA
@@ -45,7 +46,7 @@ constexpr std::size_t kPrefetchBlock = std::size_t{1} << 16;
 void update_prefetched(XXH3_state_t* state, const std::byte* data, std::size_t bytes) {
   for (std::size_t at = 0; at < bytes; at += kPrefetchBlock) {
     const std::size_t next = at + kPrefetchBlock;
-    for (std::size_t p = next; p < std::min(bytes, next + kPrefetchBlock); p += 64) __builtin_prefetch(data + p);
+    prefetch_lines(data, next, next + kPrefetchBlock, bytes);
     XXH3_64bits_update(state, data + at, std::min(kPrefetchBlock, bytes - at));
   }
 }

@@ -5,6 +5,8 @@
 
 #include "xxh3_wide.h"
 
+#include "prefetch.h"
+
 #if GRAPHCHECK_XXH3_AVX2
 #define XXH_INLINE_ALL
 #define XXH_VECTOR XXH_AVX2
@@ -37,7 +39,7 @@ std::uint64_t xxh3_avx2(const void* data, std::size_t bytes) {
   const auto* p = static_cast<const std::byte*>(data);
   for (std::size_t at = 0; at < bytes; at += kBlock) {
     const std::size_t next = at + kBlock;
-    for (std::size_t q = next; q < std::min(bytes, next + kBlock); q += 64) __builtin_prefetch(p + q);
+    prefetch_lines(p, next, next + kBlock, bytes);
     XXH3_64bits_update(state.get(), p + at, std::min(kBlock, bytes - at));
   }
   return XXH3_64bits_digest(state.get());
