@@ -20,6 +20,7 @@
 #include "engine/op_log.h"
 #include "fingerprint.h"
 #include "fingerprint_bytes.h"
+#include "xxh3_columns.h"
 #include "xxh3_wide.h"
 #include "glob.h"
 #include "graphcheck/model.h"
@@ -125,6 +126,58 @@ TEST(Fingerprint, ChunkedViewsHashLikeTheirContiguousCopy) {
   torch::Tensor changed = base.clone();
   changed[1023][699] = -1;
   EXPECT_NE(fingerprint(base.t()), fingerprint(changed.t()));
+}
+
+// A column-major matrix whose rows are whole XXH3 blocks is hashed in storage order (Note
+// [Column-major fingerprints]): the digest is XXH3_64bits of its row-major copy for every element
+// width, one block a row and many, a row count off every strip, a column slice (col_stride >
+// rows), and a change in the last stripe (another key) or the first word; the sweep's AVX2 and
+// baseline builds alike. Rows that are not whole blocks are left to the gather.
+TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
+  torch::manual_seed(3);
+  struct Case {
+    torch::ScalarType dtype;
+    std::int64_t rows, cols, pad;
+  };
+  const std::vector<Case> cases = {
+      {torch::kUInt8, 2, 1024, 0},     {torch::kUInt8, 37, 2048, 5},    {torch::kInt16, 3, 512, 0},
+      {torch::kBFloat16, 300, 1536, 7}, {torch::kFloat32, 2, 256, 0},   {torch::kFloat32, 129, 768, 1},
+      {torch::kFloat32, 2500, 256, 0},  {torch::kFloat64, 5, 128, 3},   {torch::kFloat64, 64, 384, 0},
+      {torch::kFloat32, 4100, 4096, 0},  // rows past one strip (2048), 16 blocks a row
+      {torch::kFloat32, 3, 4352, 0},     {torch::kUInt8, 5, 20480, 1},  // tiles of 16 blocks and a rest
+  };
+  for (const Case& c : cases) {
+    // Storage rows of rows + pad elements; the view takes the first `rows` of each.
+    const torch::Tensor storage = torch::randint(0, 1 << 15, {c.cols, c.rows + c.pad}, torch::kInt64).to(c.dtype);
+    torch::Tensor view = storage.narrow(1, 0, c.rows).t();
+    ASSERT_EQ(view.stride(0), 1);
+    const std::size_t width = static_cast<std::size_t>(view.element_size());
+    auto columns = [&](const torch::Tensor& v, bool wide = true) {
+      return detail::xxh3_columns(v.data_ptr(), v.size(0), v.size(1), v.stride(1), width, wide);
+    };
+    const torch::Tensor copy = view.contiguous();
+    const std::uint64_t want = XXH3_64bits(copy.data_ptr(), copy.nbytes());
+    const auto got = columns(view);
+    ASSERT_TRUE(got.has_value()) << c.rows << "x" << c.cols;
+    EXPECT_EQ(*got, want) << c.rows << "x" << c.cols << " " << c.dtype;
+    EXPECT_EQ(fingerprint(view), want) << c.rows << "x" << c.cols << " " << c.dtype;
+    EXPECT_EQ(*columns(view, false), want) << c.rows << "x" << c.cols << " " << c.dtype << ", baseline build";
+    // The last element (in the last stripe, hashed with another key) and the first.
+    for (const auto& [r, col] : {std::pair{c.rows - 1, c.cols - 1}, std::pair{std::int64_t{0}, std::int64_t{0}}}) {
+      torch::Tensor changed = storage.clone();
+      const torch::Tensor v = changed.narrow(1, 0, c.rows).t();
+      static_cast<std::uint8_t*>(v[r][col].data_ptr())[0] ^= 1;  // a bit of the element, any dtype
+      const torch::Tensor vc = v.contiguous();
+      EXPECT_EQ(*columns(v), XXH3_64bits(vc.data_ptr(), vc.nbytes())) << r << "," << col;
+      EXPECT_NE(*columns(v), want) << r << "," << col;
+    }
+  }
+  // Not whole blocks a row, or one row: the gather's (still the contiguous copy's digest).
+  const torch::Tensor odd = torch::rand({700, 300}).t();
+  EXPECT_FALSE(detail::xxh3_columns(odd.data_ptr(), odd.size(0), odd.size(1), odd.stride(1), 4).has_value());
+  EXPECT_EQ(fingerprint(odd), fingerprint(odd.contiguous()));
+  const torch::Tensor one = torch::rand({256, 1}).t();
+  EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 1, 256, 1, 4).has_value());
 }
 
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the

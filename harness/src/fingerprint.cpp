@@ -15,6 +15,7 @@
 
 #include "graphcheck/checkpoint.h"
 #include "prefetch.h"
+#include "xxh3_columns.h"
 #include "xxh3_wide.h"
 
 #if GRAPHCHECK_HAS_CUDA
@@ -162,7 +163,14 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
   const torch::Tensor t = tensor.device().is_cpu() ? tensor : tensor.to(torch::kCPU);
   if (t.nbytes() == 0) return XXH3_64bits(nullptr, 0);
   if (t.is_contiguous()) return hash_contiguous(t.data_ptr(), t.nbytes());
-  if (is_column_major(t)) return hash_column_major(t);
+  if (is_column_major(t)) {
+    // Read in storage order where each row is whole XXH3 blocks (Note [Column-major fingerprints]).
+    if (auto digest = detail::xxh3_columns(t.data_ptr(), t.size(0), t.size(1), t.stride(1),
+                                           static_cast<std::size_t>(t.element_size()))) {
+      return *digest;
+    }
+    return hash_column_major(t);
+  }
   if (t.is_non_overlapping_and_dense()) {
     // Another permuted dense view: libtorch's transposing copy beats gathering it a few rows at a
     // time.
