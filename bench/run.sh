@@ -12,6 +12,7 @@
 #   GRAPHCHECK_BENCH_DSV4     the grown dsv4 (default 32x1024: layers x hidden)
 #   GRAPHCHECK_SCALE_TENSORS / GRAPHCHECK_SCALE_GIB   the synthetic scale model (10000, 0.5)
 #   GRAPHCHECK_BENCH_MAX_MIB  the largest scan size (default 1024; --quick: 64)
+#   GRAPHCHECK_BENCH_REPETITIONS  runs of each harness_bench benchmark, interleaved; the median counts (3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=ci/lib/cores.sh
@@ -43,13 +44,18 @@ export GRAPHCHECK_BENCH_MAX_MIB=${GRAPHCHECK_BENCH_MAX_MIB:-1024}
 export GRAPHCHECK_BENCH_WORK_DIR=${GRAPHCHECK_BENCH_WORK_DIR:-$out/bench/work}
 if ((growth)); then export GRAPHCHECK_BENCH_DSV4_GROWTH=${GRAPHCHECK_BENCH_DSV4_GROWTH:-8x1024,16x1024,8x2048}; fi
 
-run_bench() {  # binary filter json
+run_bench() {  # binary filter json [more options]
   echo "--- $1 --benchmark_filter='$2'" >&2
   "$build/bench/$1" --benchmark_filter="$2" --benchmark_out="$3" --benchmark_out_format=json \
-    --benchmark_format=console >&2
+    --benchmark_format=console "${@:4}" >&2
 }
 # The scan sizes: only 64 MiB and up carry a target, smaller ones show the cache's effect.
-run_bench harness_bench . "$out/bench/harness.json"
+# Each benchmark runs $GRAPHCHECK_BENCH_REPETITIONS times, in random order among the others, and
+# report.py takes the median: this machine's memory bandwidth drifts by 20% over minutes, and a
+# scan measured at one moment against a memcpy measured at another read as missed.
+reps=${GRAPHCHECK_BENCH_REPETITIONS:-3}
+run_bench harness_bench . "$out/bench/harness.json" --benchmark_repetitions="$reps" \
+  --benchmark_enable_random_interleaving=true
 run_bench lifecycle_bench 'BM_Lifecycle/' "$out/bench/lifecycle.json"
 # Peak RSS only grows: one process per model.
 rss_models=$("$build/bench/lifecycle_bench" --benchmark_list_tests | sed -n 's|^BM_PeakRss/\([^/]*\)/.*|\1|p')

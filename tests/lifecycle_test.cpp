@@ -229,7 +229,8 @@ TEST(ByteScan, CountsAcrossBlocks) {
   data[0] = 0;
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 100'000, 1, 0xFF), 99'999);
   EXPECT_EQ(scan::count_pattern(data.data(), nullptr, 50'000, 2, 0xFF), 49'999);
-  // Every width, over many prefetch blocks and a tail, with misses in the middle and at the end.
+  // Every width, over the four parts read side by side (Note [Scans read four streams]) and a
+  // tail, with misses in the middle and at the end.
   std::vector<std::uint8_t> more(1'000'003, 0xFF);
   for (std::size_t i = 4095; i < more.size(); i += 7919) more[i] = 0;
   more.back() = 0;

@@ -1,25 +1,39 @@
 #include "byte_scan.h"
 
-#include "prefetch.h"
-
 #include <algorithm>
 #include <cstring>
 
 namespace graphcheck::scan {
 namespace {
 
-// Note [Scans prefetch ahead]: one core's own prefetcher keeps too few lines in flight for a
-// read-only stream to reach memcpy's speed here (bench/harness_bench, 256 MiB: the scan without
-// an expected value read at 0.69x memcpy, the float32 scan against one at 0.70x; prefetching
-// 32 KiB ahead, 0.84x and 0.98x). As each 4 KiB block starts, the block 32 KiB past it is
-// requested. Not for a scan of two arrays in full (the uint8 one): two prefetched streams read
-// slower than two plain ones (BM_ReadTwo, 4.4 against 4.8 GB/s).
-constexpr std::int64_t kPrefetchBlock = 4096;
-constexpr std::int64_t kPrefetchAhead = 1 << 15;
+// Note [Scans read four streams]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// One core reading one sequential stream keeps too few cache lines in flight to reach memcpy's
+// speed here: the scan without an expected value read at 0.69x memcpy (256 MiB), and prefetching
+// 32 KiB ahead of it reached 0.78-0.88x. glibc's memcpy of a large block copies four pages side
+// by side. A count does not depend on the order it reads in, so the scans of kInterleaveFrom
+// bytes and more split their range into four parts and read them side by side, 256 bytes to
+// 1 KiB of each in turn, with no software prefetch (prefetching each part as well read slower):
+// bench/harness_bench, alternated with the prefetching scan in one sitting, 256 MiB and 1 GiB,
+// no expected value: 0.72-0.88x memcpy -> 1.15-1.3x; against an expected value, float32 and
+// bfloat16: 0.90-0.98x -> 1.1-1.2x.
+constexpr std::int64_t kStreams = 4;
+constexpr std::int64_t kInterleaveFrom = std::int64_t{1} << 18;
 
-inline void prefetch_block(const void* base, std::int64_t at_bytes, std::int64_t total_bytes) {
-  const auto from = static_cast<std::size_t>(at_bytes + kPrefetchAhead);
-  prefetch_lines(base, from, from + kPrefetchBlock, static_cast<std::size_t>(total_bytes));
+// Calls count(from, to) over [0, n) and sums what it returns: in order below kInterleaveFrom
+// bytes, in pieces of chunk_bytes of four parts side by side from there (Note [Scans read four
+// streams]).
+template <class Count>
+std::int64_t count_streams(std::int64_t n, std::int64_t element_size, std::int64_t chunk_bytes, Count&& count) {
+  if (n * element_size < kInterleaveFrom) return count(std::int64_t{0}, n);
+  const std::int64_t part = n / kStreams;
+  const std::int64_t chunk = std::max<std::int64_t>(1, chunk_bytes / element_size);
+  std::int64_t total = 0;
+  for (std::int64_t off = 0; off < part; off += chunk) {
+    const std::int64_t len = std::min(chunk, part - off);
+    for (std::int64_t s = 0; s < kStreams; ++s) total += count(s * part + off, s * part + off + len);
+  }
+  return total + count(kStreams * part, n);
 }
 
 template <class U>
@@ -29,26 +43,21 @@ U pattern_of(std::uint8_t byte) {
   return p;
 }
 
-// Counts in blocks with a counter as wide as the element, so that the compare-and-add loop
-// vectorises without widening; the block fits the counter (255 for bytes).
+// Counts in runs with a counter as wide as the element, so that the compare-and-add loop
+// vectorises without widening; a run fits the counter (255 for bytes).
 template <class U>
 std::int64_t count_typed(const U* a, std::int64_t n, U p) {
-  // Note [Scans prefetch ahead]; a run of counts fits the counter (255 for bytes).
-  constexpr std::int64_t kPer = kPrefetchBlock / static_cast<std::int64_t>(sizeof(U));
-  constexpr std::int64_t kRun = sizeof(U) == 1 ? 255 : kPer;
-  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(U));
-  std::int64_t total = 0;
-  for (std::int64_t at = 0; at < n; at += kPer) {
-    prefetch_block(a, at * static_cast<std::int64_t>(sizeof(U)), bytes);
-    const std::int64_t stop = std::min(n, at + kPer);
-    for (std::int64_t run = at; run < stop; run += kRun) {
-      const std::int64_t end = std::min(stop, run + kRun);
+  constexpr std::int64_t kRun = sizeof(U) == 1 ? 255 : 1024;
+  return count_streams(n, sizeof(U), sizeof(U) == 1 ? 4 * kRun : 256, [&](std::int64_t from, std::int64_t to) {
+    std::int64_t total = 0;
+    for (std::int64_t run = from; run < to; run += kRun) {
+      const std::int64_t end = std::min(to, run + kRun);
       U c = 0;
       for (std::int64_t i = run; i < end; ++i) c += static_cast<U>(a[i] == p);
       total += c;
     }
-  }
-  return total;
+    return total;
+  });
 }
 
 // Against an expected value, wide elements: `a` four cache lines at a time, the expected value's
@@ -58,21 +67,20 @@ std::int64_t count_typed(const U* a, std::int64_t n, U p) {
 template <class U>
 std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
   constexpr std::int64_t kRun = 256 / static_cast<std::int64_t>(sizeof(U));
-  std::int64_t total = 0;
-  std::int64_t at = 0;
-  constexpr std::int64_t kPer = kPrefetchBlock / static_cast<std::int64_t>(sizeof(U));
-  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(U));
-  for (; at + kRun <= n; at += kRun) {
-    if (at % kPer == 0) prefetch_block(a, at * static_cast<std::int64_t>(sizeof(U)), bytes);  // Note [Scans prefetch ahead]
-    U hits = 0;
-    for (std::int64_t i = at; i < at + kRun; ++i) hits += static_cast<U>(a[i] == p);
-    if (hits == 0) continue;
-    U c = 0;  // as wide as the element: the loop vectorises without widening
-    for (std::int64_t i = at; i < at + kRun; ++i) c += static_cast<U>((a[i] == p) & (e[i] != p));
-    total += c;
-  }
-  for (std::int64_t i = at; i < n; ++i) total += (a[i] == p) & (e[i] != p);
-  return total;
+  return count_streams(n, sizeof(U), 256, [&](std::int64_t from, std::int64_t to) {
+    std::int64_t total = 0;
+    std::int64_t at = from;
+    for (; at + kRun <= to; at += kRun) {
+      U hits = 0;
+      for (std::int64_t i = at; i < at + kRun; ++i) hits += static_cast<U>(a[i] == p);
+      if (hits == 0) continue;
+      U c = 0;  // as wide as the element: the loop vectorises without widening
+      for (std::int64_t i = at; i < at + kRun; ++i) c += static_cast<U>((a[i] == p) & (e[i] != p));
+      total += c;
+    }
+    for (std::int64_t i = at; i < to; ++i) total += (a[i] == p) & (e[i] != p);
+    return total;
+  });
 }
 
 // Bytes: both arrays, in full. Any byte of a weight holds the pattern with odds of 1 in 256, so
@@ -82,18 +90,20 @@ std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
 inline std::int64_t count_typed(const std::uint8_t* a, const std::uint8_t* e, std::int64_t n, std::uint8_t p) {
   constexpr std::int64_t kLanes = 64;
   constexpr std::int64_t kBlock = 255 * kLanes;
-  const std::int64_t whole = n / kLanes * kLanes;
-  std::int64_t total = 0;
-  for (std::int64_t at = 0; at < whole; at += kBlock) {
-    const std::int64_t end = std::min(whole, at + kBlock);
-    std::uint8_t c[kLanes] = {};
-    for (std::int64_t i = at; i < end; i += kLanes) {
-      for (std::int64_t j = 0; j < kLanes; ++j) c[j] += static_cast<std::uint8_t>((a[i + j] == p) & (e[i + j] != p));
+  return count_streams(n, 1, 1024, [&](std::int64_t from, std::int64_t to) {
+    const std::int64_t whole = from + (to - from) / kLanes * kLanes;
+    std::int64_t total = 0;
+    for (std::int64_t at = from; at < whole; at += kBlock) {
+      const std::int64_t end = std::min(whole, at + kBlock);
+      std::uint8_t c[kLanes] = {};
+      for (std::int64_t i = at; i < end; i += kLanes) {
+        for (std::int64_t j = 0; j < kLanes; ++j) c[j] += static_cast<std::uint8_t>((a[i + j] == p) & (e[i + j] != p));
+      }
+      for (std::int64_t j = 0; j < kLanes; ++j) total += c[j];
     }
-    for (std::int64_t j = 0; j < kLanes; ++j) total += c[j];
-  }
-  for (std::int64_t i = whole; i < n; ++i) total += (a[i] == p) & (e[i] != p);
-  return total;
+    for (std::int64_t i = whole; i < to; ++i) total += (a[i] == p) & (e[i] != p);
+    return total;
+  });
 }
 
 template <class U>

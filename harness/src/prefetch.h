@@ -1,7 +1,6 @@
 #pragma once
-// Software prefetch of a byte range, a cache line at a time: the scans and the fingerprint request
-// the memory they will read next while they work on what they have (Note [Scans prefetch ahead],
-// byte_scan.cpp). Torch-free.
+// Software prefetch of a byte range, a cache line at a time: the fingerprint requests the memory
+// it will read next while it hashes what it has (fingerprint.cpp, xxh3_wide.cpp). Torch-free.
 
 #include <algorithm>
 #include <cstddef>
