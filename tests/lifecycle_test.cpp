@@ -181,14 +181,19 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
 }
 
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the
-// AVX2 one where the CPU has it (xxh3_wide.h), in blocks with prefetching above 256 KiB, the
-// SSE2 one of this translation unit's inlined xxhash otherwise.
+// AVX2 one where the CPU has it (xxh3_wide.h), four streams from 16 KiB, the SSE2 one of this
+// translation unit's inlined xxhash otherwise.
 TEST(Fingerprint, ContiguousBytesHashToXxh3sDigestOnEveryKernel) {
   const torch::Tensor bytes = torch::randint(0, 256, {(3 << 20) + 7}, torch::kUInt8);
   const auto* data = bytes.data_ptr<std::uint8_t>();
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097},
-                        std::size_t{1} << 18, (std::size_t{1} << 18) + 1, std::size_t{3} << 20,
-                        (std::size_t{3} << 20) + 7}) {
+  // From 16 KiB the AVX2 kernel reads four streams a window at a time (Note [Hashing four
+  // streams]): lengths on and around XXH3's 1 KiB blocks, its 64-byte stripes and the windows.
+  std::vector<std::size_t> lengths = {0, 1, 4095, 4096, 4097, 16383, std::size_t{1} << 18, (std::size_t{1} << 18) + 1,
+                                      std::size_t{3} << 20, (std::size_t{3} << 20) + 7};
+  for (std::size_t blocks : {16, 17, 19, 300, 512, 513, 1024, 1025, 1500}) {
+    for (std::size_t extra : {0, 1, 63, 64, 65, 1023}) lengths.push_back(blocks * 1024 + extra);
+  }
+  for (std::size_t n : lengths) {
     const std::uint64_t want = XXH3_64bits(data, n);
     EXPECT_EQ(fingerprint_bytes(data, n), want) << n << " bytes";
     if (detail::xxh3_avx2_available()) {
