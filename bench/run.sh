@@ -53,9 +53,11 @@ run_bench() {  # binary filter json [more options]
 # Each benchmark runs $GRAPHCHECK_BENCH_REPETITIONS times, in random order among the others, and
 # report.py takes the median: this machine's memory bandwidth drifts by 20% over minutes, and a
 # scan measured at one moment against a memcpy measured at another read as missed.
+# Each run for 0.2 s (benchmarks that set their own minimum keep it), not the default 0.5 s: three
+# runs then take about what one took.
 reps=${GRAPHCHECK_BENCH_REPETITIONS:-3}
 run_bench harness_bench . "$out/bench/harness.json" --benchmark_repetitions="$reps" \
-  --benchmark_enable_random_interleaving=true
+  --benchmark_enable_random_interleaving=true --benchmark_min_time=0.2
 run_bench lifecycle_bench 'BM_Lifecycle/' "$out/bench/lifecycle.json"
 # Peak RSS only grows: one process per model.
 rss_models=$("$build/bench/lifecycle_bench" --benchmark_list_tests | sed -n 's|^BM_PeakRss/\([^/]*\)/.*|\1|p')
