@@ -6,6 +6,9 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -190,16 +193,26 @@ TEST(Fingerprint, ContiguousBytesHashToXxh3sDigestOnEveryKernel) {
   // streams]): lengths on and around XXH3's 1 KiB blocks, its 64-byte stripes and the windows.
   std::vector<std::size_t> lengths = {0, 1, 4095, 4096, 4097, 16383, std::size_t{1} << 18, (std::size_t{1} << 18) + 1,
                                       std::size_t{3} << 20, (std::size_t{3} << 20) + 7};
-  for (std::size_t blocks : {16, 17, 19, 300, 512, 513, 1024, 1025, 1500}) {
+  for (std::size_t blocks : {16, 17, 19, 21, 261, 262, 300, 512, 513, 1024, 1025, 1500}) {
     for (std::size_t extra : {0, 1, 63, 64, 65, 1023}) lengths.push_back(blocks * 1024 + extra);
   }
+  // Each length is hashed where its last byte abuts a page no read may touch: a kernel that reads
+  // past the end (a window's block that does not exist) crashes here.
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t span = (bytes.numel() + page - 1) / page * page + page;
+  void* map = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<std::uint8_t*>(map) + span - page, page, PROT_NONE), 0);
   for (std::size_t n : lengths) {
     const std::uint64_t want = XXH3_64bits(data, n);
-    EXPECT_EQ(fingerprint_bytes(data, n), want) << n << " bytes";
+    auto* at = static_cast<std::uint8_t*>(map) + (span - page - n);
+    std::memcpy(at, data, n);
+    EXPECT_EQ(fingerprint_bytes(at, n), want) << n << " bytes";
     if (detail::xxh3_avx2_available()) {
-      EXPECT_EQ(detail::xxh3_avx2(data, n), want) << n << " bytes, AVX2";
+      EXPECT_EQ(detail::xxh3_avx2(at, n), want) << n << " bytes, AVX2";
     }
   }
+  munmap(map, span);
 }
 
 TEST(ByteScan, CountsElementsThatHoldThePatternWhereTheExpectedValueDoesNot) {
