@@ -148,6 +148,7 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
       {torch::kFloat32, 2500, 256, 0},  {torch::kFloat64, 5, 128, 3},   {torch::kFloat64, 64, 384, 0},
       {torch::kFloat32, 4100, 4096, 0},  // rows past one strip (2048), 16 blocks a row
       {torch::kFloat32, 3, 4352, 0},     {torch::kUInt8, 5, 20480, 1},  // tiles of 16 blocks and a rest
+      {torch::kFloat32, 2100, 256, 3},  {torch::kBFloat16, 4096, 512, 0},  // strips with padding; whole strips
   };
   for (const Case& c : cases) {
     // Storage rows of rows + pad elements; the view takes the first `rows` of each.
@@ -193,7 +194,7 @@ TEST(Fingerprint, ContiguousBytesHashToXxh3sDigestOnEveryKernel) {
   // streams]): lengths on and around XXH3's 1 KiB blocks, its 64-byte stripes and the windows.
   std::vector<std::size_t> lengths = {0, 1, 4095, 4096, 4097, 16383, std::size_t{1} << 18, (std::size_t{1} << 18) + 1,
                                       std::size_t{3} << 20, (std::size_t{3} << 20) + 7};
-  for (std::size_t blocks : {16, 17, 19, 21, 261, 262, 300, 512, 513, 1024, 1025, 1500}) {
+  for (std::size_t blocks : {16, 17, 19, 21, 258, 259, 260, 261, 262, 300, 512, 513, 1024, 1025, 1500}) {
     for (std::size_t extra : {0, 1, 63, 64, 65, 1023}) lengths.push_back(blocks * 1024 + extra);
   }
   // Each length is hashed where its last byte abuts a page no read may touch: a kernel that reads
@@ -261,6 +262,16 @@ TEST(ByteScan, CountsAcrossBlocks) {
       want += all;
     }
     EXPECT_EQ(scan::count_pattern(more.data(), nullptr, n, width, 0xFF), want) << width;
+  }
+  // Around the switch to four parts (256 KiB), element counts that leave a tail after them.
+  for (std::size_t bytes : {std::size_t{262143}, std::size_t{262144}, std::size_t{262144 + 24}}) {
+    std::vector<std::uint8_t> near(bytes, 0xFF);
+    near[bytes / 2] = 0;
+    for (std::size_t width : {1, 2, 4, 8}) {
+      const std::int64_t n = static_cast<std::int64_t>(bytes / width);
+      const std::int64_t missed = static_cast<std::int64_t>(bytes / 2 / width) < n ? 1 : 0;
+      EXPECT_EQ(scan::count_pattern(near.data(), nullptr, n, width, 0xFF), n - missed) << bytes << " " << width;
+    }
   }
 }
 

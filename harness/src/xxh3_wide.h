@@ -1,7 +1,7 @@
 #pragma once
 // XXH3-64 with XXH3's AVX2 kernel (xxh3_wide.cpp), where the CPU has AVX2: the fingerprint of a
 // contiguous tensor from memory runs at 0.75x memcpy with the SSE2 kernel, and at memcpy's speed
-// with this one, which reads more than 256 KiB as four streams (Note [Hashing four streams];
+// with this one, which reads 16 KiB and more as four streams (Note [Hashing four streams];
 // bench/harness_bench BM_Fingerprint). Torch-free.
 
 #include <cstddef>
