@@ -182,6 +182,8 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
   EXPECT_EQ(fingerprint(odd), fingerprint(odd.contiguous()));
   const torch::Tensor one = torch::rand({256, 1}).t();
   EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 1, 256, 1, 4).has_value());
+  // A row over 1 GiB: its block sums would pass the sweep's budget (nothing is read).
+  EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 2, (std::int64_t{1} << 28) + 256, 2, 4).has_value());
 }
 
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the

@@ -194,6 +194,8 @@ std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, s
                                           std::int64_t col_stride, std::size_t width, bool wide) {
   if (rows < 2 || cols <= 0 || col_stride < rows) return std::nullopt;
   if ((cols * static_cast<std::int64_t>(width)) % kBlockBytes != 0) return std::nullopt;
+  // One row's sums past the budget (a row over 1 GiB): the gather's buffer stays bounded.
+  if (cols * static_cast<std::int64_t>(width) / kBlockBytes * 64 > kSumBudget) return std::nullopt;
   switch (width) {
     case 1: return hash_columns(static_cast<const std::uint8_t*>(base), rows, cols, col_stride, wide);
     case 2: return hash_columns(static_cast<const std::uint16_t*>(base), rows, cols, col_stride, wide);

@@ -12,7 +12,8 @@ namespace graphcheck::detail {
 // element (r, c) lies at base + (r + c * col_stride) * width: a transposed weight, or a column
 // slice of one (col_stride >= rows). Elements of 1, 2, 4 or 8 bytes. Empty where this way does
 // not apply: a row of the matrix is not a whole number of XXH3's 1 KiB blocks (cols * width
-// % 1024 != 0), or fewer than two rows; the caller gathers those. `wide`: the sweep's AVX2 build
+// % 1024 != 0), fewer than two rows, or a row over 1 GiB (its block sums would pass the sweep's
+// 64 MiB budget); the caller gathers those. `wide`: the sweep's AVX2 build
 // where the CPU has it; false, its baseline build (for tests: the digest is the same).
 [[nodiscard]] std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
                                                         std::int64_t col_stride, std::size_t width,
