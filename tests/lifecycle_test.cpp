@@ -149,6 +149,7 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
       {torch::kFloat32, 4100, 4096, 0},  // rows past one strip (2048), 16 blocks a row
       {torch::kFloat32, 3, 4352, 0},     {torch::kUInt8, 5, 20480, 1},  // tiles of 16 blocks and a rest
       {torch::kFloat32, 2100, 256, 3},  {torch::kBFloat16, 4096, 512, 0},  // strips with padding; whole strips
+      {torch::kUInt8, 64, 1024, 0},     {torch::kUInt8, 70, 3072, 2},     // bytes interleaved 16 at a time
   };
   for (const Case& c : cases) {
     // Storage rows of rows + pad elements; the view takes the first `rows` of each.

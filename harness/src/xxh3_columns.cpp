@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <memory>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace graphcheck::detail {
 namespace {
@@ -57,6 +60,71 @@ constexpr std::int64_t kMaxStrip = 2048;
 // kTile * 64 bytes per row, not a cache line on a page of its own per row per block).
 constexpr std::int64_t kTile = 16;
 
+#if defined(__SSE2__)
+// Words of 1- and 2-byte elements are built from their storage rows by interleaving (unpack), 16
+// bytes of each row at a time: the compiler's own loop for them widened every element to 64 bits
+// first, and ran the 1-byte sweep at 2.6 GB/s and the 2-byte one at 6.3 (float32 8.2-8.8; 256
+// MiB matrices of 1,024 columns seen transposed); interleaved, 4.7-5.4 and 6.7-7.3 GB/s.
+// words[v] holds the words of elements i + 2v and i + 2v + 1 of the 8 / sizeof(U) rows in `rows`.
+template <class U>
+[[gnu::always_inline]] inline void interleave_words(const U* const* rows, std::int64_t i, __m128i* words) {
+  auto load = [&](int m) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[m] + i)); };
+  if constexpr (sizeof(U) == 1) {
+    const __m128i a0 = load(0), a1 = load(1), a2 = load(2), a3 = load(3);
+    const __m128i a4 = load(4), a5 = load(5), a6 = load(6), a7 = load(7);
+    const __m128i t01l = _mm_unpacklo_epi8(a0, a1), t01h = _mm_unpackhi_epi8(a0, a1);
+    const __m128i t23l = _mm_unpacklo_epi8(a2, a3), t23h = _mm_unpackhi_epi8(a2, a3);
+    const __m128i t45l = _mm_unpacklo_epi8(a4, a5), t45h = _mm_unpackhi_epi8(a4, a5);
+    const __m128i t67l = _mm_unpacklo_epi8(a6, a7), t67h = _mm_unpackhi_epi8(a6, a7);
+    const __m128i q[4] = {_mm_unpacklo_epi16(t01l, t23l), _mm_unpackhi_epi16(t01l, t23l),
+                          _mm_unpacklo_epi16(t01h, t23h), _mm_unpackhi_epi16(t01h, t23h)};
+    const __m128i r[4] = {_mm_unpacklo_epi16(t45l, t67l), _mm_unpackhi_epi16(t45l, t67l),
+                          _mm_unpacklo_epi16(t45h, t67h), _mm_unpackhi_epi16(t45h, t67h)};
+    for (int v = 0; v < 4; ++v) {
+      words[2 * v] = _mm_unpacklo_epi32(q[v], r[v]);
+      words[2 * v + 1] = _mm_unpackhi_epi32(q[v], r[v]);
+    }
+  } else {
+    const __m128i a0 = load(0), a1 = load(1), a2 = load(2), a3 = load(3);
+    const __m128i t01l = _mm_unpacklo_epi16(a0, a1), t01h = _mm_unpackhi_epi16(a0, a1);
+    const __m128i t23l = _mm_unpacklo_epi16(a2, a3), t23h = _mm_unpackhi_epi16(a2, a3);
+    words[0] = _mm_unpacklo_epi32(t01l, t23l);
+    words[1] = _mm_unpackhi_epi32(t01l, t23l);
+    words[2] = _mm_unpacklo_epi32(t01h, t23h);
+    words[3] = _mm_unpackhi_epi32(t01h, t23h);
+  }
+}
+
+// The pair loop of add_stripe_impl for 1- and 2-byte elements, 16 bytes of each row at a time;
+// returns how many of the n elements it took (the caller adds the rest one at a time).
+template <class U>
+[[gnu::always_inline]] inline std::int64_t add_pair_interleaved(const U* const* rows, std::int64_t n,
+                                                                std::uint64_t key0, std::uint64_t key1,
+                                                                std::uint64_t* even, std::uint64_t* odd) {
+  constexpr int kParts = 8 / static_cast<int>(sizeof(U));
+  constexpr std::int64_t kStep = 16 / static_cast<std::int64_t>(sizeof(U));
+  const __m128i k0 = _mm_set1_epi64x(static_cast<long long>(key0));
+  const __m128i k1 = _mm_set1_epi64x(static_cast<long long>(key1));
+  auto product = [](__m128i w, __m128i k) {
+    const __m128i x = _mm_xor_si128(w, k);
+    return _mm_mul_epu32(x, _mm_srli_epi64(x, 32));
+  };
+  std::int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    __m128i w0[kStep / 2], w1[kStep / 2];
+    interleave_words<U>(rows, i, w0);
+    interleave_words<U>(rows + kParts, i, w1);
+    for (std::int64_t v = 0; v < kStep / 2; ++v) {
+      auto* e = reinterpret_cast<__m128i*>(even + i + 2 * v);
+      auto* o = reinterpret_cast<__m128i*>(odd + i + 2 * v);
+      _mm_storeu_si128(e, _mm_add_epi64(_mm_loadu_si128(e), _mm_add_epi64(w1[v], product(w0[v], k0))));
+      _mm_storeu_si128(o, _mm_add_epi64(_mm_loadu_si128(o), _mm_add_epi64(w0[v], product(w1[v], k1))));
+    }
+  }
+  return i;
+}
+#endif
+
 // Adds the terms of one stripe's eight words for each of n rows to the sums of their block:
 // word l of row i has its bytes from part[l * kParts][i] (lowest) to part[l * kParts + kParts -
 // 1][i], each part a storage row, and takes keys[l]. The lanes are summed in
@@ -83,7 +151,11 @@ template <class U>
   for (int l = 0; l < kLanes; l += 2) {
     std::uint64_t* __restrict even = band + l * n;
     std::uint64_t* __restrict odd = band + (l + 1) * n;
-    for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t i = 0;
+#if defined(__SSE2__)
+    if constexpr (sizeof(U) <= 2) i = add_pair_interleaved<U>(p + l * kParts, n, key[l], key[l + 1], even, odd);
+#endif
+    for (; i < n; ++i) {
       const std::uint64_t w0 = word(l, i), w1 = word(l + 1, i);
       even[i] += w1 + product(w0, l);
       odd[i] += w0 + product(w1, l + 1);
