@@ -2,8 +2,9 @@
 //  - content fingerprint, poison fill and poison survivor scan vs memcpy, 1 MiB .. 1 GiB, one
 //    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
 //  - the floor under a scan of two arrays (BM_ReadTwo: reading both, nothing else) vs memcpy;
-//  - fingerprint of a transposed (non-contiguous) view vs memcpy, and libtorch's transposing copy
-//    of the same view for reference;
+//  - fingerprint of a transposed (non-contiguous) view vs memcpy (rows of whole 1 KiB blocks, and
+//    bfloat16 rows of 11,008 elements, which are not), and libtorch's transposing copy of the first
+//    for reference;
 //  - address snapshot (live_tensors + AddressIndex) and read resolution for 100 .. 100,000
 //    tensors, 8 and 512 modules deep (ns_per_tensor), and the floor under any snapshot that
 //    lists named tensors (BM_AddressFloor: copying each name and handle) and under any snapshot
@@ -20,6 +21,7 @@
 
 #include <emmintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -84,6 +86,19 @@ void BM_FingerprintTransposed(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * t.nbytes());
 }
 BENCHMARK(BM_FingerprintTransposed)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// A bfloat16 weight of 11,008 rows (LLaMA-2-7B's MLP width) stored transposed: the view's rows
+// are 11,008 elements, 344 XXH3 stripes, not a whole number of 1 KiB blocks (Note [Rows of whole
+// stripes]). The storage holds as many columns as fit the size.
+void BM_FingerprintTransposedStripes(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  constexpr std::int64_t kWidth = 11008;
+  const std::int64_t cols = std::max<std::int64_t>(2, arg_bytes(state) / (2 * kWidth));
+  const torch::Tensor t = torch::rand({kWidth, cols}).to(torch::kBFloat16).t();
+  for (auto _ : state) benchmark::DoNotOptimize(gc::fingerprint(t));
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_FingerprintTransposedStripes)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
 // A reference for the row above, not a floor: libtorch's own transposing copy of the same view
 // into a buffer allocated once (no hash at all).

@@ -70,6 +70,8 @@ def main(results_dir, out_path):
         for label, name in [
             ("fingerprint", f"BM_Fingerprint/{mib}"),
             ("fingerprint, transposed view", f"BM_FingerprintTransposed/{mib}"),
+            ("fingerprint, transposed bfloat16 view, rows of 11,008 (not whole blocks)",
+             f"BM_FingerprintTransposedStripes/{mib}"),
             ("libtorch's transposing copy of that view, for reference (no target)", f"BM_TransposeCopy/{mib}"),
             ("poison fill", f"BM_PoisonFill/{mib}"),
             ("poison scan, no expected value", f"BM_PoisonScanNoExpected/{mib}"),

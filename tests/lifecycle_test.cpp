@@ -150,6 +150,14 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
       {torch::kFloat32, 3, 4352, 0},     {torch::kUInt8, 5, 20480, 1},  // tiles of 16 blocks and a rest
       {torch::kFloat32, 2100, 256, 3},  {torch::kBFloat16, 4096, 512, 0},  // strips with padding; whole strips
       {torch::kUInt8, 64, 1024, 0},     {torch::kUInt8, 70, 3072, 2},     // bytes interleaved 16 at a time
+      // Rows of whole stripes, not whole blocks (Note [Rows of whole stripes]): places that repeat
+      // every 16, 8, 4 and 2 rows; rows shorter than a block (of one stripe and more); row counts off
+      // 16; every width.
+      {torch::kBFloat16, 40, 11008, 1}, {torch::kUInt8, 33, 11008, 0},  {torch::kFloat32, 19, 1152, 2},
+      {torch::kBFloat16, 21, 32, 0},    {torch::kUInt8, 35, 192, 1},    {torch::kFloat64, 17, 72, 0},
+      {torch::kBFloat16, 50, 1088, 0},  {torch::kInt16, 9, 1056, 3},    {torch::kUInt8, 130, 1088, 1},
+      {torch::kFloat32, 20, 1296, 0},   {torch::kFloat32, 18, 1600, 0}, {torch::kUInt8, 31, 320, 0},
+      {torch::kFloat32, 2100, 4112, 0},  // strips (2048 rows, then 52) of 65 stripes a row
   };
   for (const Case& c : cases) {
     // Storage rows of rows + pad elements; the view takes the first `rows` of each.
@@ -177,10 +185,24 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
       EXPECT_NE(*columns(v), want) << r << "," << col;
     }
   }
-  // Not whole blocks a row, or one row: the gather's (still the contiguous copy's digest).
+  // Not whole stripes a row (2,800 bytes), or one row: the gather's (still the contiguous copy's digest).
   const torch::Tensor odd = torch::rand({700, 300}).t();
   EXPECT_FALSE(detail::xxh3_columns(odd.data_ptr(), odd.size(0), odd.size(1), odd.stride(1), 4).has_value());
   EXPECT_EQ(fingerprint(odd), fingerprint(odd.contiguous()));
+  // Strips sized by a small budget: 200 rows of 33 stripes (4 slots of 64 bytes a row) fit 51,200
+  // bytes; strips start at multiples of 16 rows (192, then 108 rows).
+  {
+    const torch::Tensor storage = torch::randint(0, 1 << 15, {1056, 300}, torch::kInt64).to(torch::kBFloat16);
+    const torch::Tensor view = storage.t();
+    const torch::Tensor copy = view.contiguous();
+    const auto got = detail::xxh3_columns(view.data_ptr(), 300, 1056, 300, 2, true, 200 * 4 * 64);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(*got, XXH3_64bits(copy.data_ptr(), copy.nbytes()));
+  }
+  // Rows of float32 under 8 stripes (3 here): the gather's too (Note [Rows of whole stripes]).
+  const torch::Tensor short_rows = torch::rand({48, 700}).t();
+  EXPECT_FALSE(detail::xxh3_columns(short_rows.data_ptr(), 700, 48, 700, 4).has_value());
+  EXPECT_EQ(fingerprint(short_rows), fingerprint(short_rows.contiguous()));
   const torch::Tensor one = torch::rand({256, 1}).t();
   EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 1, 256, 1, 4).has_value());
   // A row over 1 GiB: its block sums would pass the sweep's budget (nothing is read).

@@ -164,7 +164,8 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
   if (t.nbytes() == 0) return XXH3_64bits(nullptr, 0);
   if (t.is_contiguous()) return hash_contiguous(t.data_ptr(), t.nbytes());
   if (is_column_major(t)) {
-    // Read in storage order where each row is whole XXH3 blocks (Note [Column-major fingerprints]).
+    // Read in storage order where each row is whole XXH3 stripes (Note [Column-major fingerprints],
+    // Note [Rows of whole stripes]).
     if (auto digest = detail::xxh3_columns(t.data_ptr(), t.size(0), t.size(1), t.stride(1),
                                            static_cast<std::size_t>(t.element_size()))) {
       return *digest;

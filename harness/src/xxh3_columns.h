@@ -11,12 +11,15 @@ namespace graphcheck::detail {
 // The digest XXH3_64bits would give the row-major copy of the `rows` x `cols` matrix whose
 // element (r, c) lies at base + (r + c * col_stride) * width: a transposed weight, or a column
 // slice of one (col_stride >= rows). Elements of 1, 2, 4 or 8 bytes. Empty where this way does
-// not apply: a row of the matrix is not a whole number of XXH3's 1 KiB blocks (cols * width
-// % 1024 != 0), fewer than two rows, or a row over 1 GiB (its block sums would pass the sweep's
-// 64 MiB budget); the caller gathers those. `wide`: the sweep's AVX2 build
-// where the CPU has it; false, its baseline build (for tests: the digest is the same).
+// not apply, and the caller gathers: a row of the matrix that is not a whole number of XXH3's
+// 64-byte stripes (cols * width % 64 != 0), or of 4- or 8-byte elements under 8 stripes (Note
+// [Rows of whole stripes]); fewer than two rows; a row over 1 GiB, or over 64 MiB where it is not
+// whole 1 KiB blocks (its sums would pass the sweep's 64 MiB budget). For tests: `wide`, the
+// sweep's AVX2 build where the CPU has it, false its baseline build; `strip_budget`, where
+// positive, the budget that sizes the strips of rows that are not whole blocks (the digest is
+// the same).
 [[nodiscard]] std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
                                                         std::int64_t col_stride, std::size_t width,
-                                                        bool wide = true);
+                                                        bool wide = true, std::int64_t strip_budget = 0);
 
 }  // namespace graphcheck::detail
