@@ -189,7 +189,9 @@ def main(results_dir, out_path):
                         b[key], 1.5, "<=")
             add("lifecycle", f"{model}: harness (every probe) vs the model's own eager work",
                 b.get("harness_over_eager"), 3, "<=")
-            rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}, lifecycle "
+            spread = (f" (median of three, {b['eager_low_s']:.2f}-{b['eager_high_s']:.2f})"
+                      if "eager_low_s" in b else "")
+            rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}{spread}, lifecycle "
                          f"{b['lifecycle_s']:.2f}, every probe {b['harness_s']:.2f}", None, "", "-", None))
         if b["name"].startswith("BM_PeakRss/"):
             model = model_of(b["name"])
