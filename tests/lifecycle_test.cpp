@@ -319,6 +319,25 @@ TEST(ByteScan, CountsAgainstAnExpectedValueAcrossBlocksAndTails) {
     EXPECT_EQ(scan::count_pattern(data.data(), expected.data(), n, width, 0xFF, &first), n - excused) << width;
     EXPECT_EQ(first, width == 1 ? 1 : 0) << width;
   }
+  // Bytes, by both the AVX2 and the SSE2 loop: every byte a hit but those excused, and a mix of
+  // hits, misses and excused bytes, at lengths with and without a tail and around the switch to
+  // four parts.
+  std::vector<std::uint8_t> mixed(bytes), mixed_expected(bytes);
+  for (std::int64_t i = 0; i < bytes; ++i) {
+    mixed[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i % 3 == 0 ? 0xFF : i % 251);
+    mixed_expected[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i % 7 == 0 ? 0xFF : 0);
+  }
+  for (const bool wide : {true, false}) {
+    for (const std::int64_t n : {bytes, std::int64_t{262144}, std::int64_t{262143}, std::int64_t{64 * 255 * 3 + 5}}) {
+      std::int64_t all = 0, some = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        all += expected[static_cast<std::size_t>(i)] != 0xFF;
+        some += mixed[static_cast<std::size_t>(i)] == 0xFF && mixed_expected[static_cast<std::size_t>(i)] != 0xFF;
+      }
+      EXPECT_EQ(scan::detail::count_bytes(data.data(), expected.data(), n, 0xFF, wide), all) << n << " " << wide;
+      EXPECT_EQ(scan::detail::count_bytes(mixed.data(), mixed_expected.data(), n, 0xFF, wide), some) << n << " " << wide;
+    }
+  }
 }
 
 TEST(SyntheticFill, SameKeySameValuesOtherKeyOtherValues) {

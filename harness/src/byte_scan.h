@@ -19,4 +19,11 @@ namespace graphcheck::scan {
 void mask_pattern(const void* data, const void* expected, std::int64_t n, std::size_t element_size,
                   std::uint8_t byte, bool* out);
 
+namespace detail {
+// count_pattern's count of bytes against an expected value, by its AVX2 loop (`wide`, where the
+// CPU has AVX2) or its SSE2 one. For tests: the count is the same.
+[[nodiscard]] std::int64_t count_bytes(const std::uint8_t* data, const std::uint8_t* expected, std::int64_t n,
+                                       std::uint8_t byte, bool wide);
+}  // namespace detail
+
 }  // namespace graphcheck::scan
