@@ -135,7 +135,9 @@ TEST(Fingerprint, ChunkedViewsHashLikeTheirContiguousCopy) {
 // [Column-major fingerprints]): the digest is XXH3_64bits of its row-major copy for every element
 // width, one block a row and many, a row count off every strip, a column slice (col_stride >
 // rows), and a change in the last stripe (another key) or the first word; the sweep's AVX2 and
-// baseline builds alike. Rows that are not whole blocks are left to the gather.
+// baseline builds alike. So is one whose rows are whole 64-byte stripes but not whole blocks
+// (Note [Rows of whole stripes]); other rows, and matrices of 240 bytes or fewer (XXH3's short
+// inputs), are left to the gather.
 TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
   torch::manual_seed(3);
   struct Case {
@@ -195,9 +197,25 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
     const torch::Tensor storage = torch::randint(0, 1 << 15, {1056, 300}, torch::kInt64).to(torch::kBFloat16);
     const torch::Tensor view = storage.t();
     const torch::Tensor copy = view.contiguous();
-    const auto got = detail::xxh3_columns(view.data_ptr(), 300, 1056, 300, 2, true, 200 * 4 * 64);
-    ASSERT_TRUE(got.has_value());
-    EXPECT_EQ(*got, XXH3_64bits(copy.data_ptr(), copy.nbytes()));
+    for (const bool wide : {true, false}) {
+      const auto got = detail::xxh3_columns(view.data_ptr(), 300, 1056, 300, 2, wide, 200 * 4 * 64);
+      ASSERT_TRUE(got.has_value());
+      EXPECT_EQ(*got, XXH3_64bits(copy.data_ptr(), copy.nbytes())) << wide;
+    }
+  }
+  // 240 bytes or fewer in all: XXH3 hashes them without stripes (from a review: two and three rows
+  // of one stripe of bytes, two of bfloat16, were swept). 256 bytes (four rows): swept.
+  for (const auto& [dtype, rows, cols] : {std::tuple{torch::kUInt8, 2, 64}, std::tuple{torch::kUInt8, 3, 64},
+                                          std::tuple{torch::kBFloat16, 2, 32}, std::tuple{torch::kBFloat16, 3, 32},
+                                          std::tuple{torch::kUInt8, 4, 64}}) {
+    const torch::Tensor view = torch::randint(0, 256, {cols, rows}, torch::kInt64).to(dtype).t();
+    const torch::Tensor copy = view.contiguous();
+    const auto got = detail::xxh3_columns(view.data_ptr(), rows, cols, rows, view.element_size());
+    EXPECT_EQ(got.has_value(), copy.nbytes() > 240) << rows << "x" << cols;
+    if (got) {
+      EXPECT_EQ(*got, XXH3_64bits(copy.data_ptr(), copy.nbytes())) << rows << "x" << cols;
+    }
+    EXPECT_EQ(fingerprint(view), XXH3_64bits(copy.data_ptr(), copy.nbytes())) << rows << "x" << cols;
   }
   // Rows of float32 under 8 stripes (3 here): the gather's too (Note [Rows of whole stripes]).
   const torch::Tensor short_rows = torch::rand({48, 700}).t();

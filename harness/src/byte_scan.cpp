@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -86,7 +86,7 @@ std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
   });
 }
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 // count_typed's (bytes against an expected value) lines of 64 bytes in [from, whole), with
 // byte-wide counters in registers (-1 per match, from the compares' masks) summed by psadbw before
 // they can wrap. The compiler's loop over an array of 64 counters ran at 7.6-7.9 GB/s (64 MiB) and
@@ -147,19 +147,19 @@ std::int64_t count_byte_lines_sse2(const std::uint8_t* a, const std::uint8_t* e,
 // Bytes: both arrays, in full. Any byte of a weight holds the pattern with odds of 1 in 256, so
 // about one cache line in five has a hit; reading `e` on demand then reads it at scattered lines,
 // out of reach of the prefetcher (0.4x memcpy at 256 MiB), where two sequential streams run at
-// memcpy's speed and above. Lines of 64 bytes by count_byte_lines where SSE2 is there; elsewhere
+// memcpy's speed and above. Lines of 64 bytes by count_byte_lines_* on x86-64; elsewhere
 // sixty-four byte-wide counters, emptied before they can wrap.
 inline std::int64_t count_typed(const std::uint8_t* a, const std::uint8_t* e, std::int64_t n, std::uint8_t p,
                                 bool wide = true) {
   constexpr std::int64_t kLanes = 64;
-#if defined(__SSE2__)
+  (void)wide;  // where there is no AVX2 loop to pick
+#if defined(__SSE2__) && defined(__x86_64__)
   auto lines = count_byte_lines_sse2;
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2 && wide) lines = count_byte_lines_avx2;
 #endif
 #else
-  (void)wide;
   auto lines = [](const std::uint8_t* a, const std::uint8_t* e, std::int64_t from, std::int64_t whole,
                   std::uint8_t p) {
     constexpr std::int64_t kBlock = 255 * kLanes;

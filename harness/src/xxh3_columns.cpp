@@ -139,7 +139,8 @@ template <class U>
 
 // add_pair_interleaved for rows whose keys and blocks vary (Note [Rows of whole stripes]): row
 // i's words take key0[i % 16] and key1[i % 16], and go to the `hi` sums where mask[i % 16] is
-// set, to the `lo` sums where it is clear. `i0`, where it starts, is a multiple of its step.
+// set, to the `lo` sums where it is clear. Returns how many of the n rows it took, a multiple of
+// its step (the caller adds the rest one at a time).
 template <class U>
 [[gnu::always_inline]] inline std::int64_t add_pair_interleaved_shifted(
     const U* const* rows, std::int64_t n, const std::uint64_t* key0, const std::uint64_t* key1,
@@ -508,6 +509,9 @@ std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, s
   if (rows < 2 || cols <= 0 || col_stride < rows) return std::nullopt;
   if (width != 1 && width != 2 && width != 4 && width != 8) return std::nullopt;
   const std::int64_t row_bytes = cols * static_cast<std::int64_t>(width);
+  // XXH3 hashes inputs of up to XXH3_MIDSIZE_MAX (240) bytes without its stripes and blocks (two
+  // or three rows of one stripe of bytes or bfloat16 reach here): gathered.
+  if (rows * row_bytes <= XXH3_MIDSIZE_MAX) return std::nullopt;
   if (row_bytes % kBlockBytes == 0) {
     // One row's sums past the budget (a row over 1 GiB): the gather's buffer stays bounded.
     if (row_bytes / kBlockBytes * 64 > kSumBudget) return std::nullopt;

@@ -13,10 +13,11 @@ namespace graphcheck::detail {
 // slice of one (col_stride >= rows). Elements of 1, 2, 4 or 8 bytes. Empty where this way does
 // not apply, and the caller gathers: a row of the matrix that is not a whole number of XXH3's
 // 64-byte stripes (cols * width % 64 != 0), or of 4- or 8-byte elements under 8 stripes (Note
-// [Rows of whole stripes]); fewer than two rows; a row over 1 GiB, or over 64 MiB where it is not
-// whole 1 KiB blocks (its sums would pass the sweep's 64 MiB budget). For tests: `wide`, the
-// sweep's AVX2 build where the CPU has it, false its baseline build; `strip_budget`, where
-// positive, the budget that sizes the strips of rows that are not whole blocks (the digest is
+// [Rows of whole stripes]); fewer than two rows; 240 bytes or fewer in all (XXH3 hashes those
+// without stripes); a row over 1 GiB, or over what the budget gives 16 rows where it is not whole
+// 1 KiB blocks (64 MiB: its sums would pass the sweep's budget). For tests: `wide`, the sweep's
+// AVX2 build where the CPU has it, false its baseline build; `strip_budget`, where positive, the
+// budget in place of 64 MiB for rows that are not whole blocks (where it applies, the digest is
 // the same).
 [[nodiscard]] std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
                                                         std::int64_t col_stride, std::size_t width,
