@@ -165,8 +165,10 @@ EagerWork eager_work(const Model& m) {
   std::vector<double> runs;
   for (int i = 0; i < 3; ++i) {
     // Each from memory handed back to the system, as each pass of the harness starts (Note [Freed
-    // memory stays resident]): the heap the run before freed would spare this one its page faults
-    // (dsv4 32x1024: 1.72-1.85 s run after run, against 2.2 s and more from a fresh process).
+    // memory stays resident]), so that the heap the run before freed does not spare this one its
+    // page faults. Measured on dsv4 32x1024: three runs without this read 1.72-1.85 s; with it,
+    // 1.86-3.61 s in a run of lifecycle_bench alone and 1.71-1.82 s in a full bench/run.sh. The
+    // first run in a process had read 2.2-5.6 s.
     graphcheck::support::release_free_memory();
     runs.push_back(eager_work_seconds(m));
   }
