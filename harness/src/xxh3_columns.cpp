@@ -244,10 +244,11 @@ AddStripe pick_add_stripe(bool wide) {
 // add_stripe_impl for rows whose keys and blocks vary with the row (Note [Rows of whole
 // stripes]): word l of row i takes keys[l * 16 + i % 16], and its terms go to the sums of the
 // block in `hi` where mask[i % 16] is set, in `lo` where it is clear (lane-major, as `band`).
+// One build: its interleaved SSE2 loop takes every row but the last few of each call, so an AVX2
+// build of it would change only those.
 template <class U>
-[[gnu::always_inline]] inline void add_shifted_impl(const void* const* part, std::int64_t n, const std::uint64_t* keys,
-                                                    const std::uint64_t* mask, std::uint64_t* __restrict lo,
-                                                    std::uint64_t* __restrict hi) {
+void add_shifted(const void* const* part, std::int64_t n, const std::uint64_t* keys, const std::uint64_t* mask,
+                 std::uint64_t* __restrict lo, std::uint64_t* __restrict hi) {
   constexpr int kParts = 8 / static_cast<int>(sizeof(U));
   const U* p[kLanes * kParts];
   for (int m = 0; m < kLanes * kParts; ++m) p[m] = static_cast<const U*>(part[m]);
@@ -285,33 +286,6 @@ template <class U>
     }
     for (; i < n; ++i) one(i, i & 15);
   }
-}
-
-using AddShifted = void (*)(const void* const*, std::int64_t, const std::uint64_t*, const std::uint64_t*,
-                            std::uint64_t*, std::uint64_t*);
-
-template <class U>
-void add_shifted(const void* const* part, std::int64_t n, const std::uint64_t* keys, const std::uint64_t* mask,
-                 std::uint64_t* lo, std::uint64_t* hi) {
-  add_shifted_impl<U>(part, n, keys, mask, lo, hi);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-template <class U>
-[[gnu::target("avx2")]] void add_shifted_avx2(const void* const* part, std::int64_t n, const std::uint64_t* keys,
-                                              const std::uint64_t* mask, std::uint64_t* lo, std::uint64_t* hi) {
-  add_shifted_impl<U>(part, n, keys, mask, lo, hi);
-}
-#endif
-
-template <class U>
-AddShifted pick_add_shifted(bool wide) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (wide && avx2) return add_shifted_avx2<U>;
-#endif
-  (void)wide;
-  return add_shifted<U>;
 }
 
 // The digest from the lanes of a sweep that summed every stripe with its place's key, the
@@ -413,11 +387,10 @@ std::uint64_t hash_columns(const U* base, std::int64_t rows, std::int64_t cols, 
 
 template <class U>
 std::uint64_t hash_column_stripes(const U* base, std::int64_t rows, std::int64_t cols, std::int64_t col_stride,
-                                  bool wide, std::int64_t budget) {
+                                  std::int64_t budget) {
   constexpr std::int64_t kParts = 8 / static_cast<std::int64_t>(sizeof(U));
   constexpr std::int64_t kStorageRowsPerStripe = kStripeBytes / static_cast<std::int64_t>(sizeof(U));
   constexpr std::int64_t kPeriod = kStripesPerBlock;  // rows after which the places repeat
-  const AddShifted add = pick_add_shifted<U>(wide);
   const std::int64_t stripes = cols * static_cast<std::int64_t>(sizeof(U)) / kStripeBytes;  // a row's
   const std::int64_t block_columns = (stripes + kStripesPerBlock - 1) / kStripesPerBlock;
   const std::int64_t slots = block_columns + 1;  // a row's sums
@@ -474,7 +447,7 @@ std::uint64_t hash_column_stripes(const U* base, std::int64_t rows, std::int64_t
             }
           }
           const std::int64_t jj = j % kStripesPerBlock;
-          add(part, n, keys[jj], masks[jj], band(t), band(t + 1));
+          add_shifted<U>(part, n, keys[jj], masks[jj], band(t), band(t + 1));
         }
       }
       move_out(k0, tile);
@@ -529,10 +502,10 @@ std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, s
   const std::int64_t budget = strip_budget > 0 ? strip_budget : kSumBudget;
   if ((row_bytes / kBlockBytes + 2) * 64 * kStripesPerBlock > budget) return std::nullopt;
   switch (width) {
-    case 1: return hash_column_stripes(static_cast<const std::uint8_t*>(base), rows, cols, col_stride, wide, budget);
-    case 2: return hash_column_stripes(static_cast<const std::uint16_t*>(base), rows, cols, col_stride, wide, budget);
-    case 4: return hash_column_stripes(static_cast<const std::uint32_t*>(base), rows, cols, col_stride, wide, budget);
-    default: return hash_column_stripes(static_cast<const std::uint64_t*>(base), rows, cols, col_stride, wide, budget);
+    case 1: return hash_column_stripes(static_cast<const std::uint8_t*>(base), rows, cols, col_stride, budget);
+    case 2: return hash_column_stripes(static_cast<const std::uint16_t*>(base), rows, cols, col_stride, budget);
+    case 4: return hash_column_stripes(static_cast<const std::uint32_t*>(base), rows, cols, col_stride, budget);
+    default: return hash_column_stripes(static_cast<const std::uint64_t*>(base), rows, cols, col_stride, budget);
   }
 }
 

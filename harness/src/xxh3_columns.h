@@ -16,7 +16,8 @@ namespace graphcheck::detail {
 // [Rows of whole stripes]); fewer than two rows; 240 bytes or fewer in all (XXH3 hashes those
 // without stripes); a row over 1 GiB, or over what the budget gives 16 rows where it is not whole
 // 1 KiB blocks (64 MiB: its sums would pass the sweep's budget). For tests: `wide`, the sweep's
-// AVX2 build where the CPU has it, false its baseline build; `strip_budget`, where positive, the
+// AVX2 build where the CPU has it, false its baseline build (rows of whole blocks; rows of whole
+// stripes have one build); `strip_budget`, where positive, the
 // budget in place of 64 MiB for rows that are not whole blocks (where it applies, the digest is
 // the same).
 [[nodiscard]] std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
