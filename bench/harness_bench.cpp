@@ -100,7 +100,35 @@ void BM_FingerprintTransposedStripes(benchmark::State& state) {
 }
 BENCHMARK(BM_FingerprintTransposedStripes)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
-// A reference for the row above, not a floor: libtorch's own transposing copy of the same view
+// An MoE layer's experts seen through transpose(1, 2): a stack of bfloat16 matrices of 2,816 x
+// 4,096 (two MLP widths of 1,408 by a hidden size of 4,096), as many as fit the size, each read
+// as 4,096 rows of 2,816 (Note [Strided fingerprints]).
+torch::Tensor expert_stack(std::int64_t bytes) {
+  constexpr std::int64_t kRows = 2 * 1408, kCols = 4096;
+  const std::int64_t experts = std::max<std::int64_t>(1, bytes / (2 * kRows * kCols));
+  return torch::rand({experts, kRows, kCols}).to(torch::kBFloat16).transpose(1, 2);
+}
+
+void BM_FingerprintExpertStack(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = expert_stack(arg_bytes(state));
+  for (auto _ : state) benchmark::DoNotOptimize(gc::fingerprint(t));
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_FingerprintExpertStack)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+void BM_PoisonFillExpertStack(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = expert_stack(arg_bytes(state));
+  for (auto _ : state) {
+    gc::fill_poison(t);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_PoisonFillExpertStack)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// A reference for the rows of transposed views, not a floor: libtorch's own transposing copy of the same view
 // into a buffer allocated once (no hash at all).
 void BM_TransposeCopy(benchmark::State& state) {
   gc::set_intra_op_threads(1);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "byte_scan.h"
@@ -225,6 +226,111 @@ TEST(Fingerprint, ColumnMajorViewsReadInStorageOrderHashToXxh3sDigest) {
   EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 1, 256, 1, 4).has_value());
   // A row over 1 GiB: its block sums would pass the sweep's budget (nothing is read).
   EXPECT_FALSE(detail::xxh3_columns(one.data_ptr(), 2, (std::int64_t{1} << 28) + 256, 2, 4).has_value());
+}
+
+// A stack of column-major matrices (an MoE layer's experts seen through transpose(1, 2)) is
+// hashed in storage order as one input (xxh3_column_batch): XXH3_64bits of the row-major copy
+// for rows of whole blocks and of whole stripes, matrices apart by more than their size (a slice
+// of the stack's columns) and by nothing (an expanded stack), and a change in the first matrix,
+// in a middle one at a matrix's last element (a scramble between matrices), and in the last
+// element of all. Rows of whole stripes that leave a matrix short of a whole block are gathered.
+TEST(Fingerprint, StacksOfColumnMajorMatricesHashToXxh3sDigest) {
+  torch::manual_seed(5);
+  struct Case {
+    torch::ScalarType dtype;
+    std::int64_t count, rows, cols, pad;
+  };
+  const std::vector<Case> cases = {
+      {torch::kBFloat16, 4, 96, 1024, 0},   {torch::kFloat32, 3, 33, 512, 2},   {torch::kUInt8, 5, 17, 2048, 0},
+      {torch::kFloat64, 2, 40, 256, 1},     {torch::kBFloat16, 3, 48, 1056, 0},  // stripes: 33 a row, 16 rows
+      {torch::kFloat32, 6, 2100, 256, 0},   // strips past one (2048 rows) in every matrix
+      {torch::kUInt8, 3, 32, 1088, 3},      {torch::kFloat32, 2, 32, 1296, 0},  // stripes, matrices whole blocks
+  };
+  for (const Case& c : cases) {
+    const std::size_t width = c10::elementSize(c.dtype);
+    // Each matrix's storage: cols storage rows of rows + pad elements.
+    const torch::Tensor storage =
+        torch::randint(0, 1 << 15, {c.count, c.cols, c.rows + c.pad}, torch::kInt64).to(c.dtype);
+    const torch::Tensor view = storage.narrow(2, 0, c.rows).transpose(1, 2);
+    std::vector<std::int64_t> matrices;
+    for (std::int64_t b = 0; b < c.count; ++b) matrices.push_back(b * view.stride(0));
+    auto batch = [&](const torch::Tensor& v, bool wide = true) {
+      return detail::xxh3_column_batch(v.data_ptr(), matrices, c.rows, c.cols, v.stride(2), width, wide);
+    };
+    const torch::Tensor copy = view.contiguous();
+    const std::uint64_t want = XXH3_64bits(copy.data_ptr(), copy.nbytes());
+    const auto got = batch(view);
+    ASSERT_TRUE(got.has_value()) << c.count << "x" << c.rows << "x" << c.cols;
+    EXPECT_EQ(*got, want) << c.count << "x" << c.rows << "x" << c.cols << " " << c.dtype;
+    EXPECT_EQ(*batch(view, false), want) << c.count << "x" << c.rows << "x" << c.cols << ", baseline build";
+    EXPECT_EQ(fingerprint(view), want) << c.count << "x" << c.rows << "x" << c.cols << " " << c.dtype;
+    for (const auto& [b, r, col] : {std::tuple{std::int64_t{0}, std::int64_t{0}, std::int64_t{0}},
+                                    std::tuple{c.count / 2, c.rows - 1, c.cols - 1},
+                                    std::tuple{c.count - 1, c.rows - 1, c.cols - 1}}) {
+      torch::Tensor changed = storage.clone();
+      const torch::Tensor v = changed.narrow(2, 0, c.rows).transpose(1, 2);
+      static_cast<std::uint8_t*>(v[b][r][col].data_ptr())[0] ^= 1;
+      const torch::Tensor vc = v.contiguous();
+      EXPECT_EQ(*batch(v), XXH3_64bits(vc.data_ptr(), vc.nbytes())) << b << "," << r << "," << col;
+      EXPECT_NE(*batch(v), want) << b << "," << r << "," << col;
+    }
+  }
+  // One matrix expanded to three (matrices 0 apart): the copy holds it three times.
+  const torch::Tensor one = torch::rand({1, 512, 64});
+  const torch::Tensor expanded = one.transpose(1, 2).expand({3, 64, 512});
+  const std::vector<std::int64_t> same = {0, 0, 0};
+  const torch::Tensor copy = expanded.contiguous();
+  EXPECT_EQ(*detail::xxh3_column_batch(expanded.data_ptr(), same, 64, 512, 64, 4), XXH3_64bits(copy.data_ptr(), copy.nbytes()));
+  EXPECT_EQ(fingerprint(expanded), XXH3_64bits(copy.data_ptr(), copy.nbytes()));
+  // Rows of 33 stripes, 20 rows a matrix: 660 stripes, not whole blocks (the next matrix would
+  // start at place 4 of a block). Gathered, to the same digest.
+  const torch::Tensor odd = torch::randint(0, 1 << 15, {2, 1056, 20}, torch::kInt64).to(torch::kBFloat16).transpose(1, 2);
+  const std::vector<std::int64_t> two = {0, odd.stride(0)};
+  EXPECT_FALSE(detail::xxh3_column_batch(odd.data_ptr(), two, 20, 1056, 20, 2).has_value());
+  const torch::Tensor odd_copy = odd.contiguous();
+  EXPECT_EQ(fingerprint(odd), XXH3_64bits(odd_copy.data_ptr(), odd_copy.nbytes()));
+}
+
+// Every strided layout hashes as its contiguous copy (Note [Strided fingerprints]): every
+// permutation of 3-D and 4-D tensors of every width, slices, steps, expanded and overlapping
+// views, size-1 dims with odd strides; runs of the innermost dim short and long, matrices the
+// sweep takes and those it leaves to the gather, alone and in stacks.
+TEST(Fingerprint, EveryStridedLayoutHashesAsItsContiguousCopy) {
+  torch::manual_seed(6);
+  int checked = 0;
+  auto check = [&](const torch::Tensor& v, const std::string& what) {
+    const torch::Tensor copy = v.contiguous();
+    EXPECT_EQ(fingerprint(v), XXH3_64bits(copy.data_ptr(), copy.nbytes()))
+        << what << " " << v.sizes() << " " << v.strides() << " " << v.dtype();
+    ++checked;
+  };
+  for (const auto dtype : {torch::kUInt8, torch::kBFloat16, torch::kFloat32, torch::kFloat64}) {
+    for (const std::vector<std::int64_t>& shape : std::vector<std::vector<std::int64_t>>{
+             {3, 64, 48}, {2, 256, 128}, {5, 7, 9}, {8, 96, 128}, {3, 16, 33}, {6, 2, 512}, {2, 3, 4, 256},
+             {4, 1, 64, 512}}) {
+      const torch::Tensor x = torch::randint(0, 1 << 15, shape, torch::kInt64).to(dtype);
+      std::vector<std::int64_t> perm(shape.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      do {
+        check(x.permute(perm), "permute");
+      } while (std::next_permutation(perm.begin(), perm.end()));
+      check(x.narrow(-1, 1, x.size(-1) - 1), "last dim sliced");
+      check(x.narrow(1, 1, x.size(1) - 1).transpose(-1, -2), "sliced, transposed");
+      check(x.transpose(-1, -2).slice(0, 0, x.size(0), 2), "every other matrix");
+      check(x.transpose(-1, -2).slice(-1, 0, x.size(-2), 2), "every other element");
+    }
+    const torch::Tensor row = torch::randint(0, 1 << 15, {1, 64, 1}, torch::kInt64).to(dtype);
+    check(row.expand({5, 64, 300}), "expanded");
+    check(row.expand({5, 64, 300}).transpose(1, 2), "expanded, transposed");
+    const torch::Tensor flat = torch::randint(0, 1 << 15, {256}, torch::kInt64).to(dtype);
+    check(flat.as_strided({100, 64}, {1, 1}), "overlapping rows");
+    check(flat.as_strided({3, 100, 64}, {0, 1, 1}), "overlapping, stacked");
+    check(flat.as_strided({4, 1, 60}, {64, 7, 1}), "a size-1 dim with an odd stride");
+    // Outer dims whose stride equals the next one's size, but not its extent: not one dim.
+    const torch::Tensor wide = torch::randint(0, 1 << 15, {1200}, torch::kInt64).to(dtype);
+    check(wide.as_strided({3, 4, 256}, {4, 300, 1}), "outer dims that only look mergeable");
+  }
+  EXPECT_EQ(checked, 4 * (6 * 6 + 2 * 24 + 8 * 4 + 6));
 }
 
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the

@@ -58,6 +58,19 @@ TEST(Poison, FillsNonContiguousTensorsInPlace) {
   fill_poison(strided.slice(0, 0, 8, 2));
   EXPECT_EQ(strided.isnan().sum().item<std::int64_t>(), 4);
   EXPECT_FALSE(strided[1].isnan().item<bool>());
+  // The pattern's bytes exactly, in the view's elements and nowhere else: the middle two of a
+  // stack of four bfloat16 matrices seen through transpose(1, 2) (dense, permuted, not at the
+  // storage's start), and a column slice of a matrix (rows with gaps).
+  torch::Tensor stack = torch::zeros({4, 6, 32}, torch::kBFloat16);
+  fill_poison(stack.narrow(0, 1, 2).transpose(1, 2));
+  const torch::Tensor bits = stack.view(torch::kInt16);
+  EXPECT_TRUE(bits.narrow(0, 1, 2).eq(-1).all().item<bool>());  // 0xFFFF
+  EXPECT_TRUE(bits.narrow(0, 0, 1).eq(0).all().item<bool>());
+  EXPECT_TRUE(bits.narrow(0, 3, 1).eq(0).all().item<bool>());
+  torch::Tensor matrix = torch::zeros({5, 12});
+  fill_poison(matrix.narrow(1, 2, 7));
+  EXPECT_TRUE(matrix.narrow(1, 2, 7).view(torch::kInt32).eq(-1).all().item<bool>());
+  EXPECT_EQ(matrix.isnan().sum().item<std::int64_t>(), 35);
 }
 
 TEST(Poison, CountsSurvivorsAndTheFirstOffset) {

@@ -1,10 +1,10 @@
 #pragma once
 // Content fingerprints of tensors (xxHash XXH3-64 over the bytes, in logical order: the same for
-// the same values in any layout). A view with gaps or overlaps is hashed a few rows at a time,
-// without a copy of its full size; a transposed matrix is read in its storage's order where its
-// rows are whole XXH3 stripes (xxh3_columns.h), gathered otherwise; another permuted dense view
-// goes through one transposing copy. CUDA tensors are hashed on the device with another 64-bit
-// hash: compare fingerprints of one device.
+// the same values in any layout). No view is copied whole (Note [Strided fingerprints],
+// fingerprint.cpp): rows that are contiguous runs are hashed where they lie; a transposed matrix,
+// or a stack of them, is read in its storage's order where its rows are whole XXH3 stripes
+// (xxh3_columns.h), gathered otherwise; any other view is copied a few rows at a time. CUDA
+// tensors are hashed on the device with another 64-bit hash: compare fingerprints of one device.
 
 #include <torch/types.h>
 

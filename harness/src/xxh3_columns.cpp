@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <span>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -293,7 +294,7 @@ void add_shifted(const void* const* part, std::int64_t n, const std::uint64_t* k
 // that one with another key (the secret from byte 121), so its terms are swapped for those.
 template <class U>
 std::uint64_t finish(xxh_u64* acc, const U* base, std::int64_t rows, std::int64_t cols, std::int64_t col_stride,
-                     std::int64_t place) {
+                     std::int64_t place, std::uint64_t len) {
   const xxh_u8* const secret = XXH3_kSecret;
   constexpr std::int64_t kStripeElements = kStripeBytes / static_cast<std::int64_t>(sizeof(U));
   U last[kStripeElements];
@@ -302,12 +303,12 @@ std::uint64_t finish(xxh_u64* acc, const U* base, std::int64_t rows, std::int64_
   XXH3_accumulate_512_scalar(as_summed, last, secret + XXH_SECRET_CONSUME_RATE * place);
   XXH3_accumulate_512_scalar(as_last, last, secret + kSecretSize - kStripeBytes - XXH_SECRET_LASTACC_START);
   for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += as_last[l] - as_summed[l];
-  const auto len = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) * sizeof(U);
   return XXH3_mergeAccs(acc, secret + XXH_SECRET_MERGEACCS_START, len * XXH_PRIME64_1);
 }
 
 template <class U>
-std::uint64_t hash_columns(const U* base, std::int64_t rows, std::int64_t cols, std::int64_t col_stride, bool wide) {
+std::uint64_t hash_columns(const U* base, std::span<const std::int64_t> matrices, std::int64_t rows, std::int64_t cols,
+                           std::int64_t col_stride, bool wide) {
   constexpr std::int64_t kParts = 8 / static_cast<std::int64_t>(sizeof(U));
   constexpr std::int64_t kStorageRowsPerBlock = kBlockBytes / static_cast<std::int64_t>(sizeof(U));
   const AddStripe add = pick_add_stripe<U>(wide);
@@ -322,48 +323,53 @@ std::uint64_t hash_columns(const U* base, std::int64_t rows, std::int64_t cols, 
       std::make_unique_for_overwrite<std::uint64_t[]>(static_cast<std::size_t>(kLanes * strip * blocks_per_row));
   const xxh_u8* const secret = XXH3_kSecret;
   XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[kLanes] = XXH3_INIT_ACC;
-  const std::int64_t last_block = rows * blocks_per_row - 1;
+  const auto count = static_cast<std::int64_t>(matrices.size());
+  const std::int64_t last_block = count * rows * blocks_per_row - 1;
 
-  for (std::int64_t r0 = 0; r0 < rows; r0 += strip) {
-    const std::int64_t n = std::min(strip, rows - r0);
-    for (std::int64_t k0 = 0; k0 < blocks_per_row; k0 += kTile) {
-      const std::int64_t tile = std::min(kTile, blocks_per_row - k0);
-      for (std::int64_t t = 0; t < tile; ++t) {
-        const std::int64_t k = k0 + t;
-        std::uint64_t* band = bands.get() + t * kLanes * n;
-        std::fill_n(band, kLanes * n, std::uint64_t{0});
-        for (std::int64_t stripe = 0; stripe < kStripesPerBlock; ++stripe) {
-          const void* part[kLanes * kParts];
-          std::uint64_t keys[kLanes];
-          for (std::int64_t l = 0; l < kLanes; ++l) {
-            const std::int64_t q = stripe * kLanes + l;
-            for (std::int64_t m = 0; m < kParts; ++m) {
-              part[l * kParts + m] = base + (k * kStorageRowsPerBlock + q * kParts + m) * col_stride + r0;
+  for (std::int64_t b = 0; b < count; ++b) {
+    const U* const matrix = base + matrices[b];
+    for (std::int64_t r0 = 0; r0 < rows; r0 += strip) {
+      const std::int64_t n = std::min(strip, rows - r0);
+      for (std::int64_t k0 = 0; k0 < blocks_per_row; k0 += kTile) {
+        const std::int64_t tile = std::min(kTile, blocks_per_row - k0);
+        for (std::int64_t t = 0; t < tile; ++t) {
+          const std::int64_t k = k0 + t;
+          std::uint64_t* band = bands.get() + t * kLanes * n;
+          std::fill_n(band, kLanes * n, std::uint64_t{0});
+          for (std::int64_t stripe = 0; stripe < kStripesPerBlock; ++stripe) {
+            const void* part[kLanes * kParts];
+            std::uint64_t keys[kLanes];
+            for (std::int64_t l = 0; l < kLanes; ++l) {
+              const std::int64_t q = stripe * kLanes + l;
+              for (std::int64_t m = 0; m < kParts; ++m) {
+                part[l * kParts + m] = matrix + (k * kStorageRowsPerBlock + q * kParts + m) * col_stride + r0;
+              }
+              keys[l] = XXH_readLE64(secret + XXH_SECRET_CONSUME_RATE * (stripe + l));
             }
-            keys[l] = XXH_readLE64(secret + XXH_SECRET_CONSUME_RATE * (stripe + l));
+            add(part, n, keys, band);
           }
-          add(part, n, keys, band);
+        }
+        for (std::int64_t i = 0; i < n; ++i) {
+          std::uint64_t* to = sums.get() + (i * blocks_per_row + k0) * kLanes;
+          for (std::int64_t t = 0; t < tile; ++t) {
+            for (std::int64_t l = 0; l < kLanes; ++l) to[t * kLanes + l] = bands[(t * kLanes + l) * n + i];
+          }
         }
       }
       for (std::int64_t i = 0; i < n; ++i) {
-        std::uint64_t* to = sums.get() + (i * blocks_per_row + k0) * kLanes;
-        for (std::int64_t t = 0; t < tile; ++t) {
-          for (std::int64_t l = 0; l < kLanes; ++l) to[t * kLanes + l] = bands[(t * kLanes + l) * n + i];
-        }
-      }
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t k = 0; k < blocks_per_row; ++k) {
-        const std::uint64_t* s = sums.get() + (i * blocks_per_row + k) * kLanes;
-        for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += s[l];
-        if ((r0 + i) * blocks_per_row + k != last_block) {
-          XXH3_scrambleAcc_scalar(acc, secret + kSecretSize - kStripeBytes);
+        for (std::int64_t k = 0; k < blocks_per_row; ++k) {
+          const std::uint64_t* s = sums.get() + (i * blocks_per_row + k) * kLanes;
+          for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += s[l];
+          if ((b * rows + r0 + i) * blocks_per_row + k != last_block) {
+            XXH3_scrambleAcc_scalar(acc, secret + kSecretSize - kStripeBytes);
+          }
         }
       }
     }
   }
 
-  return finish(acc, base, rows, cols, col_stride, kStripesPerBlock - 1);
+  const auto len = static_cast<std::uint64_t>(count * rows * cols) * sizeof(U);
+  return finish(acc, base + matrices.back(), rows, cols, col_stride, kStripesPerBlock - 1, len);
 }
 
 
@@ -386,8 +392,8 @@ std::uint64_t hash_columns(const U* base, std::int64_t rows, std::int64_t cols, 
 // (0.68-0.77x) swept; uint8 rows of 17 stripes, 1.6 against 7.6-8.1 GB/s.
 
 template <class U>
-std::uint64_t hash_column_stripes(const U* base, std::int64_t rows, std::int64_t cols, std::int64_t col_stride,
-                                  std::int64_t budget) {
+std::uint64_t hash_column_stripes(const U* base, std::span<const std::int64_t> matrices, std::int64_t rows,
+                                  std::int64_t cols, std::int64_t col_stride, std::int64_t budget) {
   constexpr std::int64_t kParts = 8 / static_cast<std::int64_t>(sizeof(U));
   constexpr std::int64_t kStorageRowsPerStripe = kStripeBytes / static_cast<std::int64_t>(sizeof(U));
   constexpr std::int64_t kPeriod = kStripesPerBlock;  // rows after which the places repeat
@@ -417,96 +423,112 @@ std::uint64_t hash_column_stripes(const U* base, std::int64_t rows, std::int64_t
   const auto bands = std::make_unique_for_overwrite<std::uint64_t[]>(static_cast<std::size_t>((kTile + 1) * kLanes * strip));
   const auto sums = std::make_unique_for_overwrite<std::uint64_t[]>(static_cast<std::size_t>(kLanes * strip * slots));
   XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[kLanes] = XXH3_INIT_ACC;
-  const std::int64_t total = rows * stripes;
+  const auto count = static_cast<std::int64_t>(matrices.size());
+  const std::int64_t total = count * rows * stripes;
   const std::int64_t last_block = (total - 1) / kStripesPerBlock;
 
-  for (std::int64_t r0 = 0; r0 < rows; r0 += strip) {
-    const std::int64_t n = std::min(strip, rows - r0);
-    const std::int64_t band_size = kLanes * n;
-    auto band = [&](std::int64_t s) { return bands.get() + s * band_size; };
-    auto move_out = [&](std::int64_t first_slot, std::int64_t count) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint64_t* to = sums.get() + (i * slots + first_slot) * kLanes;
-        for (std::int64_t s = 0; s < count; ++s) {
-          for (std::int64_t l = 0; l < kLanes; ++l) to[s * kLanes + l] = band(s)[l * n + i];
-        }
-      }
-    };
-    std::fill_n(band(0), band_size, std::uint64_t{0});
-    for (std::int64_t k0 = 0; k0 < block_columns; k0 += kTile) {
-      const std::int64_t tile = std::min(kTile, block_columns - k0);
-      std::fill_n(band(1), tile * band_size, std::uint64_t{0});
-      for (std::int64_t t = 0; t < tile; ++t) {
-        const std::int64_t k = k0 + t;
-        const std::int64_t end = std::min((k + 1) * kStripesPerBlock, stripes);
-        for (std::int64_t j = k * kStripesPerBlock; j < end; ++j) {
-          const void* part[kLanes * kParts];
-          for (std::int64_t l = 0; l < kLanes; ++l) {
-            for (std::int64_t m = 0; m < kParts; ++m) {
-              part[l * kParts + m] = base + (j * kStorageRowsPerStripe + l * kParts + m) * col_stride + r0;
-            }
+  for (std::int64_t b = 0; b < count; ++b) {
+    const U* const matrix = base + matrices[b];
+    for (std::int64_t r0 = 0; r0 < rows; r0 += strip) {
+      const std::int64_t n = std::min(strip, rows - r0);
+      const std::int64_t band_size = kLanes * n;
+      auto band = [&](std::int64_t s) { return bands.get() + s * band_size; };
+      auto move_out = [&](std::int64_t first_slot, std::int64_t count) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          std::uint64_t* to = sums.get() + (i * slots + first_slot) * kLanes;
+          for (std::int64_t s = 0; s < count; ++s) {
+            for (std::int64_t l = 0; l < kLanes; ++l) to[s * kLanes + l] = band(s)[l * n + i];
           }
-          const std::int64_t jj = j % kStripesPerBlock;
-          add_shifted<U>(part, n, keys[jj], masks[jj], band(t), band(t + 1));
         }
+      };
+      std::fill_n(band(0), band_size, std::uint64_t{0});
+      for (std::int64_t k0 = 0; k0 < block_columns; k0 += kTile) {
+        const std::int64_t tile = std::min(kTile, block_columns - k0);
+        std::fill_n(band(1), tile * band_size, std::uint64_t{0});
+        for (std::int64_t t = 0; t < tile; ++t) {
+          const std::int64_t k = k0 + t;
+          const std::int64_t end = std::min((k + 1) * kStripesPerBlock, stripes);
+          for (std::int64_t j = k * kStripesPerBlock; j < end; ++j) {
+            const void* part[kLanes * kParts];
+            for (std::int64_t l = 0; l < kLanes; ++l) {
+              for (std::int64_t m = 0; m < kParts; ++m) {
+                part[l * kParts + m] = matrix + (j * kStorageRowsPerStripe + l * kParts + m) * col_stride + r0;
+              }
+            }
+            const std::int64_t jj = j % kStripesPerBlock;
+            add_shifted<U>(part, n, keys[jj], masks[jj], band(t), band(t + 1));
+          }
+        }
+        move_out(k0, tile);
+        std::copy_n(band(tile), band_size, band(0));
       }
-      move_out(k0, tile);
-      std::copy_n(band(tile), band_size, band(0));
-    }
-    move_out(block_columns, 1);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t first = (r0 + i) * stripes;  // the row's first stripe in the input
-      const std::int64_t place = first % kStripesPerBlock;
-      for (std::int64_t s = 0; s < slots; ++s) {
-        // Slot s holds the row's stripes [s * 16 - place, (s + 1) * 16 - place).
-        const std::int64_t from = std::max<std::int64_t>(0, s * kStripesPerBlock - place);
-        const std::int64_t to = (s + 1) * kStripesPerBlock - place;
-        if (from >= std::min(to, stripes)) continue;  // the row ends before it
-        const std::uint64_t* sum = sums.get() + (i * slots + s) * kLanes;
-        for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += sum[l];
-        // The block ends in this row (else the next row's first slot completes it).
-        if (to <= stripes && first / kStripesPerBlock + s != last_block) {
-          XXH3_scrambleAcc_scalar(acc, secret + kSecretSize - kStripeBytes);
+      move_out(block_columns, 1);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t first = (b * rows + r0 + i) * stripes;  // the row's first stripe in the input
+        const std::int64_t place = first % kStripesPerBlock;
+        for (std::int64_t s = 0; s < slots; ++s) {
+          // Slot s holds the row's stripes [s * 16 - place, (s + 1) * 16 - place).
+          const std::int64_t from = std::max<std::int64_t>(0, s * kStripesPerBlock - place);
+          const std::int64_t to = (s + 1) * kStripesPerBlock - place;
+          if (from >= std::min(to, stripes)) continue;  // the row ends before it
+          const std::uint64_t* sum = sums.get() + (i * slots + s) * kLanes;
+          for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += sum[l];
+          // The block ends in this row (else the next row's first slot completes it).
+          if (to <= stripes && first / kStripesPerBlock + s != last_block) {
+            XXH3_scrambleAcc_scalar(acc, secret + kSecretSize - kStripeBytes);
+          }
         }
       }
     }
   }
-  return finish(acc, base, rows, cols, col_stride, (total - 1) % kStripesPerBlock);
+  const auto len = static_cast<std::uint64_t>(total) * kStripeBytes;
+  return finish(acc, base + matrices.back(), rows, cols, col_stride, (total - 1) % kStripesPerBlock, len);
 }
 
 }  // namespace
 
-std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
-                                          std::int64_t col_stride, std::size_t width, bool wide,
-                                          std::int64_t strip_budget) {
-  if (rows < 2 || cols <= 0 || col_stride < rows) return std::nullopt;
+std::optional<std::uint64_t> xxh3_column_batch(const void* base, std::span<const std::int64_t> matrices,
+                                               std::int64_t rows, std::int64_t cols, std::int64_t col_stride,
+                                               std::size_t width, bool wide, std::int64_t strip_budget) {
+  if (matrices.empty() || rows < 2 || cols <= 0 || col_stride < rows) return std::nullopt;
   if (width != 1 && width != 2 && width != 4 && width != 8) return std::nullopt;
+  const auto count = static_cast<std::int64_t>(matrices.size());
   const std::int64_t row_bytes = cols * static_cast<std::int64_t>(width);
   // XXH3 hashes inputs of up to XXH3_MIDSIZE_MAX (240) bytes without its stripes and blocks (two
   // or three rows of one stripe of bytes or bfloat16 reach here): gathered.
-  if (rows * row_bytes <= XXH3_MIDSIZE_MAX) return std::nullopt;
+  if (count * rows * row_bytes <= XXH3_MIDSIZE_MAX) return std::nullopt;
   if (row_bytes % kBlockBytes == 0) {
     // One row's sums past the budget (a row over 1 GiB): the gather's buffer stays bounded.
     if (row_bytes / kBlockBytes * 64 > kSumBudget) return std::nullopt;
     switch (width) {
-      case 1: return hash_columns(static_cast<const std::uint8_t*>(base), rows, cols, col_stride, wide);
-      case 2: return hash_columns(static_cast<const std::uint16_t*>(base), rows, cols, col_stride, wide);
-      case 4: return hash_columns(static_cast<const std::uint32_t*>(base), rows, cols, col_stride, wide);
-      default: return hash_columns(static_cast<const std::uint64_t*>(base), rows, cols, col_stride, wide);
+      case 1: return hash_columns(static_cast<const std::uint8_t*>(base), matrices, rows, cols, col_stride, wide);
+      case 2: return hash_columns(static_cast<const std::uint16_t*>(base), matrices, rows, cols, col_stride, wide);
+      case 4: return hash_columns(static_cast<const std::uint32_t*>(base), matrices, rows, cols, col_stride, wide);
+      default: return hash_columns(static_cast<const std::uint64_t*>(base), matrices, rows, cols, col_stride, wide);
     }
   }
   // Note [Rows of whole stripes]: rows of whole stripes (of 4- and 8-byte elements, at least
   // kMinWideStripes), whose 16 rows' slots stay within the budget (a row under 64 MiB).
   if (row_bytes % kStripeBytes != 0) return std::nullopt;
   if (width >= 4 && row_bytes / kStripeBytes < kMinWideStripes) return std::nullopt;
+  // Rows take their places in a block from a table by their row in the matrix: where a matrix
+  // is not whole blocks, the next one would start elsewhere in a block (gathered).
+  if (count > 1 && rows * (row_bytes / kStripeBytes) % kStripesPerBlock != 0) return std::nullopt;
   const std::int64_t budget = strip_budget > 0 ? strip_budget : kSumBudget;
   if ((row_bytes / kBlockBytes + 2) * 64 * kStripesPerBlock > budget) return std::nullopt;
   switch (width) {
-    case 1: return hash_column_stripes(static_cast<const std::uint8_t*>(base), rows, cols, col_stride, budget);
-    case 2: return hash_column_stripes(static_cast<const std::uint16_t*>(base), rows, cols, col_stride, budget);
-    case 4: return hash_column_stripes(static_cast<const std::uint32_t*>(base), rows, cols, col_stride, budget);
-    default: return hash_column_stripes(static_cast<const std::uint64_t*>(base), rows, cols, col_stride, budget);
+    case 1: return hash_column_stripes(static_cast<const std::uint8_t*>(base), matrices, rows, cols, col_stride, budget);
+    case 2: return hash_column_stripes(static_cast<const std::uint16_t*>(base), matrices, rows, cols, col_stride, budget);
+    case 4: return hash_column_stripes(static_cast<const std::uint32_t*>(base), matrices, rows, cols, col_stride, budget);
+    default: return hash_column_stripes(static_cast<const std::uint64_t*>(base), matrices, rows, cols, col_stride, budget);
   }
+}
+
+std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
+                                          std::int64_t col_stride, std::size_t width, bool wide,
+                                          std::int64_t strip_budget) {
+  const std::int64_t at_base = 0;
+  return xxh3_column_batch(base, std::span(&at_base, 1), rows, cols, col_stride, width, wide, strip_budget);
 }
 
 }  // namespace graphcheck::detail

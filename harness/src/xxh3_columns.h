@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 
 namespace graphcheck::detail {
 
@@ -23,5 +24,14 @@ namespace graphcheck::detail {
 [[nodiscard]] std::optional<std::uint64_t> xxh3_columns(const void* base, std::int64_t rows, std::int64_t cols,
                                                         std::int64_t col_stride, std::size_t width,
                                                         bool wide = true, std::int64_t strip_budget = 0);
+
+// The same for a batch of such matrices, hashed one after another as one input: matrix b at
+// base + matrices[b] * width (a stack of transposed weights, such as an MoE layer's experts seen
+// through transpose(1, 2)). Empty in the cases above, and where rows of whole stripes do not make
+// each matrix whole 1 KiB blocks (the next matrix would start inside a block).
+[[nodiscard]] std::optional<std::uint64_t> xxh3_column_batch(const void* base, std::span<const std::int64_t> matrices,
+                                                             std::int64_t rows, std::int64_t cols,
+                                                             std::int64_t col_stride, std::size_t width,
+                                                             bool wide = true, std::int64_t strip_budget = 0);
 
 }  // namespace graphcheck::detail
