@@ -326,11 +326,28 @@ TEST(Fingerprint, EveryStridedLayoutHashesAsItsContiguousCopy) {
     check(flat.as_strided({100, 64}, {1, 1}), "overlapping rows");
     check(flat.as_strided({3, 100, 64}, {0, 1, 1}), "overlapping, stacked");
     check(flat.as_strided({4, 1, 60}, {64, 7, 1}), "a size-1 dim with an odd stride");
+    // MLA's absorbed weights as vLLM's PWAL leaves them: kv_b_proj's weight transposed, viewed as
+    // (L, N, P + V) and split; W_UV.transpose(0, 1) is a stack of N column-major L x V matrices,
+    // W_UK.permute(1, 2, 0) runs of L.
+    {
+      constexpr std::int64_t L = 64, N = 4, P = 48, V = 32;
+      const torch::Tensor kv_b = torch::randint(0, 1 << 15, {N * (P + V), L}, torch::kInt64).to(dtype);
+      const auto parts = kv_b.t().view({L, N, P + V}).split({P, V}, -1);
+      const torch::Tensor uv = parts[1].transpose(0, 1);
+      check(uv, "W_UV");
+      std::vector<std::int64_t> heads;
+      for (std::int64_t n = 0; n < N; ++n) heads.push_back(n * uv.stride(0));
+      // In bfloat16 (rows of one stripe) swept; rows of 32 bytes, or under 8 stripes of 4- and
+      // 8-byte elements, gathered.
+      EXPECT_EQ(detail::xxh3_column_batch(uv.data_ptr(), heads, L, V, uv.stride(2), uv.element_size()).has_value(),
+                dtype == torch::kBFloat16);
+      check(parts[0].permute({1, 2, 0}), "W_UK_T");
+    }
     // Outer dims whose stride equals the next one's size, but not its extent: not one dim.
     const torch::Tensor wide = torch::randint(0, 1 << 15, {1200}, torch::kInt64).to(dtype);
     check(wide.as_strided({3, 4, 256}, {4, 300, 1}), "outer dims that only look mergeable");
   }
-  EXPECT_EQ(checked, 4 * (6 * 6 + 2 * 24 + 8 * 4 + 6));
+  EXPECT_EQ(checked, 4 * (6 * 6 + 2 * 24 + 8 * 4 + 8));
 }
 
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the
