@@ -350,6 +350,33 @@ TEST(Fingerprint, EveryStridedLayoutHashesAsItsContiguousCopy) {
   EXPECT_EQ(checked, 4 * (6 * 6 + 2 * 24 + 8 * 4 + 8));
 }
 
+// No layout is copied whole (Note [Strided fingerprints]): views of 16 MiB that the sweep and
+// the runs do not take (matrices of 4 KiB with rows of one stripe of float32, every other element
+// of a single row, a full reversal of three dims) allocate at most about a chunk (1 MiB) of
+// torch memory while hashed. (From a review: the chunked copy stepped by size(0), and made one
+// buffer the size of the view where that was 1.)
+TEST(Fingerprint, NoLayoutIsCopiedWhole) {
+  auto& counter = CountingCpuAllocator::instance();
+  const std::vector<torch::Tensor> views = {
+      torch::rand({1, 4096, 16, 64}).transpose(2, 3),
+      torch::rand({1, 8 << 20}).slice(1, 0, 8 << 20, 2),
+      torch::rand({64, 256, 256}).permute({2, 1, 0}),
+  };
+  for (const torch::Tensor& view : views) {
+    ASSERT_FALSE(view.is_contiguous());
+    const torch::Tensor copy = view.contiguous();
+    const std::uint64_t want = XXH3_64bits(copy.data_ptr(), copy.nbytes());
+    counter.install();
+    const std::int64_t before = counter.live_bytes();
+    counter.reset_peak();
+    const std::uint64_t got = fingerprint(view);
+    const std::int64_t peak = counter.peak_bytes() - before;
+    counter.uninstall();
+    EXPECT_EQ(got, want) << view.sizes() << " " << view.strides();
+    EXPECT_LE(peak, (1 << 20) + (64 << 10)) << view.sizes() << " " << view.strides() << ": " << view.nbytes() << " bytes";
+  }
+}
+
 // The fingerprint of contiguous bytes is XXH3-64's digest whichever kernel computes it: the
 // AVX2 one where the CPU has it (xxh3_wide.h), four streams from 16 KiB, the SSE2 one of this
 // translation unit's inlined xxhash otherwise.

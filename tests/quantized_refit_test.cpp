@@ -71,6 +71,12 @@ TEST(Poison, FillsNonContiguousTensorsInPlace) {
   fill_poison(matrix.narrow(1, 2, 7));
   EXPECT_TRUE(matrix.narrow(1, 2, 7).view(torch::kInt32).eq(-1).all().item<bool>());
   EXPECT_EQ(matrix.isnan().sum().item<std::int64_t>(), 35);
+  // A conjugate view (torch views none as bytes): poisoned through a copy, as before (from a
+  // review: the byte view threw).
+  torch::Tensor complex = torch::zeros({4, 8}, torch::kComplexFloat);
+  EXPECT_NO_THROW(fill_poison(complex.narrow(1, 0, 4).conj()));
+  EXPECT_TRUE(torch::view_as_real(complex.narrow(1, 0, 4)).isnan().all().item<bool>());
+  EXPECT_FALSE(torch::view_as_real(complex.narrow(1, 4, 4)).isnan().any().item<bool>());
 }
 
 TEST(Poison, CountsSurvivorsAndTheFirstOffset) {

@@ -201,6 +201,34 @@ void for_each_outer(const Layout& l, std::size_t outer, Fn&& fn) {
   }
 }
 
+// Adds `t` to `state` in logical order, copied at most about kChunkBytes at a time: the same
+// digest as hashing a contiguous copy, without allocating one of its full size (an expanded
+// view's can be far larger than its storage). Rows are copied a few at a time; a row larger than
+// a chunk is taken one sub-row at a time.
+void hash_copied(XXH3_state_t* state, const torch::Tensor& t) {
+  if (t.dim() == 0 || t.nbytes() <= static_cast<std::size_t>(kChunkBytes)) {
+    const torch::Tensor c = t.contiguous();
+    XXH3_64bits_update(state, c.data_ptr(), c.nbytes());
+    return;
+  }
+  const std::int64_t rows = t.size(0);
+  const std::int64_t row_bytes = static_cast<std::int64_t>(t.nbytes()) / rows;
+  if (row_bytes > kChunkBytes && t.dim() > 1) {
+    for (std::int64_t r = 0; r < rows; ++r) hash_copied(state, t.select(0, r));
+    return;
+  }
+  const std::int64_t step = std::max<std::int64_t>(1, kChunkBytes / row_bytes);
+  std::vector<std::int64_t> shape = t.sizes().vec();
+  shape[0] = std::min(step, rows);
+  const torch::Tensor buffer = torch::empty(shape, t.options());  // reused: no page faults per chunk
+  for (std::int64_t r = 0; r < rows; r += step) {
+    const std::int64_t n = std::min(step, rows - r);
+    torch::Tensor chunk = buffer.narrow(0, 0, n);
+    chunk.copy_(t.narrow(0, r, n));
+    XXH3_64bits_update(state, chunk.data_ptr(), chunk.nbytes());
+  }
+}
+
 // Runs of the innermost dim shorter than this are copied a few rows at a time instead: one
 // update per run costs more than its bytes below it.
 constexpr std::int64_t kMinRunBytes = 256;
@@ -236,10 +264,16 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
     // Column-major matrices, read in storage order where each row is whole XXH3 stripes (Note
     // [Column-major fingerprints], Note [Rows of whole stripes]), gathered otherwise.
     const std::int64_t rows = l.sizes[d - 2], cols = l.sizes[d - 1], col_stride = l.strides[d - 1];
+    const std::int64_t matrix_bytes = rows * cols * static_cast<std::int64_t>(width);
+    const bool alone = d == 2;
+    // The sweep takes a stack only of matrices of whole 1 KiB blocks: smaller ones are not listed
+    // (a list of offsets of tiny matrices would pass the view's own size).
     std::vector<std::int64_t> matrices;
-    for_each_outer(l, d - 2, [&](std::int64_t at) { matrices.push_back(at); });
-    if (auto digest = detail::xxh3_column_batch(base, matrices, rows, cols, col_stride, width)) return *digest;
-    if (matrices.size() == 1 || rows * cols * static_cast<std::int64_t>(width) >= kMinGatheredMatrixBytes) {
+    if (alone || matrix_bytes >= 1024) for_each_outer(l, d - 2, [&](std::int64_t at) { matrices.push_back(at); });
+    if (!matrices.empty()) {
+      if (auto digest = detail::xxh3_column_batch(base, matrices, rows, cols, col_stride, width)) return *digest;
+    }
+    if (alone || matrix_bytes >= kMinGatheredMatrixBytes) {
       auto state = new_state();
       for (const std::int64_t at : matrices) {
         hash_column_major(state.get(), base + at * static_cast<std::int64_t>(width), rows, cols, col_stride, width);
@@ -247,22 +281,9 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
       return XXH3_64bits_digest(state.get());
     }
   }
+  // Anything else (Note [Strided fingerprints]).
   auto state = new_state();
-  // Anything else (Note [Strided fingerprints]): the logical order, a few rows at a
-  // time; the same digest as hashing a contiguous copy, without allocating one of its full size
-  // (an expanded view's can be far larger than its storage).
-  const std::int64_t rows = t.size(0);
-  const std::int64_t row_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(t.nbytes()) / rows);
-  const std::int64_t step = std::max<std::int64_t>(1, kChunkBytes / row_bytes);
-  std::vector<std::int64_t> shape = t.sizes().vec();
-  shape[0] = std::min(step, rows);
-  const torch::Tensor buffer = torch::empty(shape, t.options());  // reused: no page faults per chunk
-  for (std::int64_t r = 0; r < rows; r += step) {
-    const std::int64_t n = std::min(step, rows - r);
-    torch::Tensor chunk = buffer.narrow(0, 0, n);
-    chunk.copy_(t.narrow(0, r, n));
-    XXH3_64bits_update(state.get(), chunk.data_ptr(), chunk.nbytes());
-  }
+  hash_copied(state.get(), t);
   return XXH3_64bits_digest(state.get());
 }
 

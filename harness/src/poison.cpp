@@ -49,12 +49,12 @@ void fill_poison(torch::Tensor t) {
     std::memset(t.data_ptr(), byte, t.nbytes());
   } else if (t.is_contiguous()) {
     t.reshape({t.numel()}).view(torch::kUInt8).fill_(byte);
-  } else if (t.device().is_cpu() && t.is_non_overlapping_and_dense()) {
+  } else if (t.device().is_cpu() && t.is_non_overlapping_and_dense() && !t.is_conj() && !t.is_neg()) {
     // A permuted dense view (a transposed weight, a stack of them) holds exactly the nbytes from
     // its first element, in some order: memset, as a contiguous one. Its copy from a poisoned
     // tensor of its size ran at 0.2 GB/s on a transposed stack of bfloat16 matrices.
     std::memset(t.data_ptr(), byte, t.nbytes());
-  } else if (t.stride(-1) == 1) {
+  } else if (t.stride(-1) == 1 && !t.is_conj() && !t.is_neg()) {  // (torch views no conj/neg view as bytes)
     // Rows with gaps between them (a column slice): their bytes, with no tensor of the view's size.
     t.view(torch::kUInt8).fill_(byte);
   } else {
