@@ -433,10 +433,10 @@ std::uint64_t hash_column_stripes(const U* base, std::span<const std::int64_t> m
       const std::int64_t n = std::min(strip, rows - r0);
       const std::int64_t band_size = kLanes * n;
       auto band = [&](std::int64_t s) { return bands.get() + s * band_size; };
-      auto move_out = [&](std::int64_t first_slot, std::int64_t count) {
+      auto move_out = [&](std::int64_t first_slot, std::int64_t slot_count) {
         for (std::int64_t i = 0; i < n; ++i) {
           std::uint64_t* to = sums.get() + (i * slots + first_slot) * kLanes;
-          for (std::int64_t s = 0; s < count; ++s) {
+          for (std::int64_t s = 0; s < slot_count; ++s) {
             for (std::int64_t l = 0; l < kLanes; ++l) to[s * kLanes + l] = band(s)[l * n + i];
           }
         }
