@@ -245,6 +245,17 @@ BENCHMARK(BM_PoisonScan)
     ->ArgsProduct({{1, 4, 16, 64, 256}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
+// A transposed float32 weight (a live tensor after PWAL) against model B's tensor of the same
+// layout, nothing poisoned (Note [Scans in storage order]).
+void BM_PoisonScanTransposed(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const torch::Tensor t = random_floats(arg_bytes(state)).reshape({-1, 1024}).t();
+  const torch::Tensor expected = t.t().clone().t();
+  for (auto _ : state) benchmark::DoNotOptimize(gc::count_survivors(t, expected).count);
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_PoisonScanTransposed)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
 // Without an expected value (a staged tensor whose final value is unknown): the NaN pattern.
 void BM_PoisonScanNoExpected(benchmark::State& state) {
   gc::set_intra_op_threads(1);

@@ -81,6 +81,8 @@ def main(results_dir, out_path):
             ("poison scan vs expected, float32", f"BM_PoisonScan/{mib}/0"),
             ("poison scan vs expected, bfloat16", f"BM_PoisonScan/{mib}/1"),
             ("poison scan vs expected, uint8", f"BM_PoisonScan/{mib}/2"),
+            ("poison scan vs expected, a transposed float32 weight against one of its layout",
+             f"BM_PoisonScanTransposed/{mib}"),
             ("reading two arrays, the floor under the uint8 scan (no target)", f"BM_ReadTwo/{mib}"),
             ("synthesized checkpoint fill (no target)", f"BM_SynthFill/{mib}"),
             ("torch normal_ fill, the fill it replaced (no target)", f"BM_RandnFill/{mib}"),
@@ -100,7 +102,7 @@ def main(results_dir, out_path):
                 if "uint8" in label and two is not None and two / base < 0.8:
                     bound = f"reading the tensor and its expected value alone is {two / base:.2f}x memcpy (BM_ReadTwo)"
                 # Strided views: >= 0.5x (issue 26); everything else >= 0.8x.
-                strided = "transposed" in label and "poison fill" not in label
+                strided = label.startswith("fingerprint") and "transposed" in label
                 add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.5 if strided else 0.8, ">=",
                     bound=bound)
             else:

@@ -91,6 +91,70 @@ TEST(Poison, CountsSurvivorsAndTheFirstOffset) {
   EXPECT_EQ(count_survivors(computed, torch::Tensor()).count, 0);
 }
 
+// A transposed tensor scanned against an expected value of the same strides (model B's tensor
+// after the same PWAL) or none is counted in storage order (Note [Scans in storage order]); the
+// count, and the first survivor's logical index, are those of the contiguous copies. So are the
+// scans the fast path leaves to the copies: an expected value in another layout, a stack with
+// a gap (not dense).
+TEST(Poison, TransposedTensorsCountAsTheirContiguousCopies) {
+  torch::manual_seed(7);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kUInt8}) {
+    const torch::Tensor storage = torch::randint(0, 200, {48, 96}, torch::kInt64).to(dtype);
+    torch::Tensor t = storage.clone().t();  // [96, 48], strides (1, 96)
+    const torch::Tensor expected = storage.clone().t();
+    const torch::Tensor expected_row_major = expected.contiguous();
+    auto want = [&](const torch::Tensor& e) {
+      const torch::Tensor ec = e.defined() ? e.contiguous() : e;
+      return count_survivors(t.contiguous(), ec);
+    };
+    auto same = [&](const torch::Tensor& e, const std::string& what) {
+      const Survivors got = count_survivors(t, e), ref = want(e);
+      EXPECT_EQ(got.count, ref.count) << what << " " << dtype;
+      EXPECT_EQ(got.first, ref.first) << what << " " << dtype;
+      return got;
+    };
+    EXPECT_EQ(same(expected, "clean, same strides").count, 0);
+    // Poison at logical [5, 7], [5, 40], [60, 2] and [90, 1]; the expected value holds the
+    // pattern itself at [5, 7] (no evidence there). The first survivor in logical order is
+    // [5, 40], the first in storage order [90, 1]; elements paired by storage order across two
+    // layouts would count [5, 7].
+    for (const auto& [r, c] : {std::pair{5, 7}, std::pair{5, 40}, std::pair{60, 2}, std::pair{90, 1}}) {
+      fill_poison(t[r][c]);
+    }
+    torch::Tensor expected_own = expected.t().clone().t();
+    fill_poison(expected_own[5][7]);
+    const torch::Tensor expected_other = expected_own.contiguous();
+    EXPECT_EQ(same(expected_own, "same strides").count, 3);
+    EXPECT_EQ(same(expected_own, "same strides").first, 5 * 48 + 40);
+    EXPECT_EQ(same(expected_other, "expected in another layout").count, 3);
+    same(expected_row_major, "expected in another layout, no pattern");
+    {
+      // One survivor, at [5, 40] (storage index 5 + 96 * 40), and an expected value in row-major
+      // layout that holds the pattern at the element of that storage index: paired by storage
+      // order, the two would cancel to a count of 0.
+      torch::Tensor lone = storage.clone().t();
+      fill_poison(lone[5][40]);
+      torch::Tensor other = storage.t().contiguous();
+      const std::int64_t k = 5 + 96 * 40;
+      fill_poison(other[k / 48][k % 48]);
+      const Survivors got = count_survivors(lone, other);
+      EXPECT_EQ(got.count, 1) << dtype;
+      EXPECT_EQ(got.first, 5 * 48 + 40) << dtype;
+    }
+    same(torch::Tensor(), "no expected value");
+    fill_poison(t);
+    same(torch::Tensor(), "all poisoned, no expected value");
+    EXPECT_EQ(count_survivors(t, torch::Tensor()).count, t.numel());
+  }
+  // Not dense: every other matrix of a stack, transposed.
+  torch::Tensor stack = torch::zeros({4, 8, 16});
+  const torch::Tensor every_other = stack.slice(0, 0, 4, 2).transpose(1, 2);
+  fill_poison(every_other[1][3][2]);
+  const Survivors s = count_survivors(every_other, torch::Tensor());
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.first, 1 * 128 + 3 * 8 + 2);
+}
+
 TEST(Poison, SentinelWithoutNanNeedsTheExpectedValue) {
   // uint8 payload: 0xFF is a legitimate byte (two E2M1 -6.0 values).
   torch::Tensor expected = torch::tensor({1, 255, 3, 255, 5}, torch::kUInt8);

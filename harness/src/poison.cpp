@@ -83,6 +83,21 @@ torch::Tensor dense_cpu(const torch::Tensor& t) {
   return c.is_contiguous() ? c : c.contiguous();
 }
 
+// Note [Scans in storage order]: a dense CPU view that is not contiguous (a transposed weight
+// after PWAL) holds exactly its nbytes from its first element, in some order; where its expected
+// value (model B's tensor of the same name, a region of it) has the same strides, or there is
+// none, the two hold each element at the same place, so a count can read both in storage order.
+// Before, each was copied into logical order first: two transposing copies of the tensor's size
+// for a scan that reads it once. Conjugate and negative views are left to the copies.
+bool same_dense_layout(const torch::Tensor& t, const torch::Tensor& expected) {
+  const auto plain = [](const torch::Tensor& x) {
+    return x.device().is_cpu() && x.is_non_overlapping_and_dense() && !x.is_conj() && !x.is_neg();
+  };
+  if (t.is_contiguous() || !plain(t)) return false;
+  if (!comparable(t, expected)) return true;
+  return plain(expected) && expected.strides() == t.strides();
+}
+
 // The expected value, comparable with `t`, as a dense CPU array; undefined when not comparable.
 torch::Tensor dense_expected(const torch::Tensor& t, const torch::Tensor& expected) {
   return comparable(t, expected) ? dense_cpu(expected) : torch::Tensor();
@@ -129,6 +144,14 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
     return s;
   }
 #endif
+  if (same_dense_layout(t, expected)) {
+    // Note [Scans in storage order]: a count needs no order. Where nothing survives (a clean
+    // load), that is the answer; otherwise the first survivor's index is a logical one, and the
+    // scan below gives it.
+    s.count = scan::count_pattern(t.data_ptr(), comparable(t, expected) ? expected.data_ptr() : nullptr, t.numel(),
+                                  t.element_size(), poison_byte(t.scalar_type()));
+    if (s.count == 0) return s;
+  }
   const torch::Tensor a = dense_cpu(t);
   const torch::Tensor e = dense_expected(t, expected);
   s.count = scan::count_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(),
