@@ -30,6 +30,13 @@ namespace {
 bool comparable(const torch::Tensor& t, const torch::Tensor& expected) {
   return expected.defined() && expected.scalar_type() == t.scalar_type() && expected.sizes() == t.sizes();
 }
+
+// A CPU tensor whose elements are exactly the nbytes from its first one, in some order (dense:
+// contiguous, or a permuted view such as a transposed weight), stored as their values (no conj or
+// neg bit, which torch does not view as bytes).
+bool dense_cpu_bytes(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.is_non_overlapping_and_dense() && !t.is_conj() && !t.is_neg();
+}
 }  // namespace
 
 torch::Tensor element_bytes(const torch::Tensor& t) {
@@ -49,7 +56,7 @@ void fill_poison(torch::Tensor t) {
     std::memset(t.data_ptr(), byte, t.nbytes());
   } else if (t.is_contiguous()) {
     t.reshape({t.numel()}).view(torch::kUInt8).fill_(byte);
-  } else if (t.device().is_cpu() && t.is_non_overlapping_and_dense() && !t.is_conj() && !t.is_neg()) {
+  } else if (dense_cpu_bytes(t)) {
     // A permuted dense view (a transposed weight, a stack of them) holds exactly the nbytes from
     // its first element, in some order: memset, as a contiguous one. Its copy from a poisoned
     // tensor of its size ran at 0.2 GB/s on a transposed stack of bfloat16 matrices.
@@ -90,12 +97,9 @@ torch::Tensor dense_cpu(const torch::Tensor& t) {
 // Before, each was copied into logical order first: two transposing copies of the tensor's size
 // for a scan that reads it once. Conjugate and negative views are left to the copies.
 bool same_dense_layout(const torch::Tensor& t, const torch::Tensor& expected) {
-  const auto plain = [](const torch::Tensor& x) {
-    return x.device().is_cpu() && x.is_non_overlapping_and_dense() && !x.is_conj() && !x.is_neg();
-  };
-  if (t.is_contiguous() || !plain(t)) return false;
+  if (t.is_contiguous() || !dense_cpu_bytes(t)) return false;
   if (!comparable(t, expected)) return true;
-  return plain(expected) && expected.strides() == t.strides();
+  return dense_cpu_bytes(expected) && expected.strides() == t.strides();
 }
 
 // The expected value, comparable with `t`, as a dense CPU array; undefined when not comparable.
