@@ -2,6 +2,9 @@
 //  - content fingerprint, poison fill and poison survivor scan vs memcpy, 1 MiB .. 1 GiB, one
 //    thread (bytes_per_second; bench/run.sh divides by BM_Memcpy's at the same size);
 //  - the floor under a scan of two arrays (BM_ReadTwo: reading both, nothing else) vs memcpy;
+//  - the census's scan of a region in another layout than its checkpoint record (a shard of dim
+//    1, a transposed weight) vs memcpy, beside the same scan with the region copied whole first
+//    (as before Note [Scans in logical order]) and the reading of the shard's rows alone;
 //  - fingerprint of a transposed (non-contiguous) view vs memcpy (rows of whole 1 KiB blocks, and
 //    bfloat16 rows of 11,008 elements, which are not), and libtorch's transposing copy of the first
 //    for reference;
@@ -255,6 +258,61 @@ void BM_PoisonScanTransposed(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * t.nbytes());
 }
 BENCHMARK(BM_PoisonScanTransposed)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// The census's scan of a live region in another layout than its checkpoint record (Note [Scans in
+// logical order]): kind 0, a transposed float32 weight of 1,024 rows against its row-major
+// record; kind 1, a shard of dim 1 (half the columns of a fused float32 tensor, rows of 4 KiB)
+// against its record.
+std::pair<torch::Tensor, torch::Tensor> region_and_record(std::int64_t bytes, std::int64_t kind) {
+  if (kind == 0) {
+    const torch::Tensor t = random_floats(bytes).reshape({1024, -1}).t();
+    return {t, t.contiguous()};
+  }
+  const torch::Tensor fused = random_floats(2 * bytes).reshape({-1, 2048});
+  const torch::Tensor t = fused.narrow(1, 1024, 1024);
+  return {t, t.contiguous()};
+}
+
+void BM_PoisonScanVsRecord(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const auto [t, record] = region_and_record(arg_bytes(state), state.range(1));
+  for (auto _ : state) benchmark::DoNotOptimize(gc::count_survivors(t, record).count);
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+void sizes_and_kinds(benchmark::internal::Benchmark* b) {
+  for (std::int64_t kind : {0, 1}) {
+    for (std::int64_t mib = 1; mib <= max_mib(); mib *= 4) b->Args({mib, kind});
+    if (max_mib() >= 1024) b->Args({1024, kind});
+  }
+}
+BENCHMARK(BM_PoisonScanVsRecord)->Apply(sizes_and_kinds)->Unit(benchmark::kMicrosecond);
+
+// The floor under the shard's scan: reading its rows alone, by libc's memcpy of each into one
+// buffer that stays in cache (any scan of the shard reads every byte of its rows; a float32 scan
+// reads its record only where the row holds the pattern). Each row is 4 KiB, half of a row of the
+// fused tensor: a stream that starts anew at every row.
+void BM_ReadShard(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const auto [t, record] = region_and_record(arg_bytes(state), 1);
+  const auto* pt = static_cast<const std::byte*>(t.data_ptr());
+  const std::int64_t rows = t.size(0), row_bytes = t.size(1) * 4, pitch = t.stride(0) * 4;
+  std::vector<std::byte> row(static_cast<std::size_t>(row_bytes));
+  for (auto _ : state) {
+    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(row.data(), pt + r * pitch, row.size());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_ReadShard)->Apply(sizes)->Unit(benchmark::kMicrosecond);
+
+// The same scans as they ran before: the region copied into logical order whole, then scanned.
+void BM_PoisonScanVsRecordCopied(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  const auto [t, record] = region_and_record(arg_bytes(state), state.range(1));
+  for (auto _ : state) benchmark::DoNotOptimize(gc::count_survivors(t.contiguous(), record).count);
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
+BENCHMARK(BM_PoisonScanVsRecordCopied)->Apply(sizes_and_kinds)->Unit(benchmark::kMicrosecond);
 
 // Without an expected value (a staged tensor whose final value is unknown): the NaN pattern.
 void BM_PoisonScanNoExpected(benchmark::State& state) {

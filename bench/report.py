@@ -83,6 +83,13 @@ def main(results_dir, out_path):
             ("poison scan vs expected, uint8", f"BM_PoisonScan/{mib}/2"),
             ("poison scan vs expected, a transposed float32 weight against one of its layout",
              f"BM_PoisonScanTransposed/{mib}"),
+            ("poison scan vs its checkpoint record, a shard of dim 1 (float32 rows of 4 KiB with gaps)",
+             f"BM_PoisonScanVsRecord/{mib}/1"),
+            ("the same, the shard copied whole first, as before (no target)", f"BM_PoisonScanVsRecordCopied/{mib}/1"),
+            ("reading the shard's rows alone (no target)", f"BM_ReadShard/{mib}"),
+            ("poison scan vs its checkpoint record, a transposed float32 weight (a strided view)",
+             f"BM_PoisonScanVsRecord/{mib}/0"),
+            ("the same, the weight copied whole first, as before (no target)", f"BM_PoisonScanVsRecordCopied/{mib}/0"),
             ("reading two arrays, the floor under the uint8 scan (no target)", f"BM_ReadTwo/{mib}"),
             ("synthesized checkpoint fill (no target)", f"BM_SynthFill/{mib}"),
             ("torch normal_ fill, the fill it replaced (no target)", f"BM_RandnFill/{mib}"),
@@ -101,8 +108,9 @@ def main(results_dir, out_path):
                 two = rate(f"BM_ReadTwo/{mib}")
                 if "uint8" in label and two is not None and two / base < 0.8:
                     bound = f"reading the tensor and its expected value alone is {two / base:.2f}x memcpy (BM_ReadTwo)"
-                # Strided views: >= 0.5x (issue 26); everything else >= 0.8x.
-                strided = label.startswith("fingerprint") and "transposed" in label
+                # Strided views: >= 0.5x (issue 26), the fingerprint's and a scan's of a view
+                # read against a value in another layout; everything else >= 0.8x.
+                strided = "transposed" in label and (label.startswith("fingerprint") or "strided view" in label)
                 add("scans vs memcpy", f"{label}, {mib} MiB", r / base, 0.5 if strided else 0.8, ">=",
                     bound=bound)
             else:

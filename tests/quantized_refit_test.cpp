@@ -18,6 +18,7 @@
 #include "graphcheck/engine/driver.h"
 #include "graphcheck/probe.h"
 #include "graphcheck_test_config.h"
+#include "counting_allocator.h"
 #include "poison.h"
 #include "quant/staging.h"
 #include "torch_compat.h"
@@ -153,6 +154,119 @@ TEST(Poison, TransposedTensorsCountAsTheirContiguousCopies) {
   const Survivors s = count_survivors(every_other, torch::Tensor());
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.first, 1 * 128 + 3 * 8 + 2);
+}
+
+// Scans that need logical order (a survivor's index, an expected value in another layout) read
+// rows where they lie, and copy anything else a piece at a time (Note [Scans in logical order]):
+// the count, the first survivor and both masks are those of the contiguous copies, for shards of
+// dim 1, transposed tensors against their checkpoint record (and the reverse), views of several
+// pieces and of rows larger than a piece, expanded views, and the sentinel rule without an
+// expected value.
+TEST(Poison, ScansInLogicalOrderCountAsTheContiguousCopies) {
+  torch::manual_seed(11);
+  struct Case {
+    std::string what;
+    torch::Tensor t, expected;
+    torch::Tensor base;  // what t views (poisoned whole for the sentinel rule)
+    std::vector<std::vector<std::int64_t>> poisoned;  // indices of t filled with the poison
+    std::vector<std::int64_t> expected_pattern;        // an index of expected that holds it itself
+  };
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kUInt8}) {
+    const auto values = [&](std::vector<std::int64_t> sizes) {
+      return torch::randint(0, 200, sizes, torch::kInt64).to(dtype);
+    };
+    std::vector<Case> cases;
+    {
+      // A shard of dim 1 of a fused tensor: rows of 128 elements 384 apart, against its record.
+      const torch::Tensor fused = values({64, 384});
+      cases.push_back({"dim-1 shard", fused.narrow(1, 128, 128), fused.narrow(1, 128, 128).contiguous(), fused,
+                       {{0, 0}, {3, 127}, {40, 5}, {63, 127}}, {40, 5}});
+    }
+    {
+      // The same of a stack (an MoE layer's experts): rows in the order of two outer dims.
+      const torch::Tensor fused = values({4, 6, 384});
+      cases.push_back({"dim-2 shard of a stack", fused.narrow(2, 128, 128), fused.narrow(2, 128, 128).contiguous(),
+                       fused, {{1, 4, 7}, {3, 0, 127}, {2, 5, 0}}, {2, 5, 0}});
+    }
+    {
+      const torch::Tensor w = values({48, 96});
+      cases.push_back({"transposed, record row-major", w.t(), w.t().contiguous(), w, {{5, 40}, {60, 2}, {90, 1}}, {60, 2}});
+      // Rows of 128 elements: long enough to be read where they lie, were the record's too.
+      const torch::Tensor v = values({128, 96});
+      const torch::Tensor row_major = v.t().contiguous();
+      cases.push_back({"row-major, record transposed", row_major, v.clone().t(), row_major, {{5, 40}, {95, 127}}, {5, 40}});
+    }
+    {
+      // Rows of dim 0 larger than a piece, each taken in pieces: [3, 700, 400] float32 is 1.1 MB
+      // per index of dim 0.
+      const torch::Tensor w = values({3, 400, 700});
+      cases.push_back({"permuted, several pieces", w.permute({0, 2, 1}), w.permute({0, 2, 1}).contiguous(), w,
+                       {{1, 690, 399}, {2, 0, 0}, {2, 699, 399}}, {2, 0, 0}});
+    }
+    {
+      const torch::Tensor row = values({1, 300});
+      cases.push_back({"expanded", row.expand({4, 300}), row.expand({4, 300}).contiguous(), row, {{0, 17}}, {}});
+    }
+    for (Case& c : cases) {
+      const torch::Tensor& t = c.t;
+      for (const auto& index : c.poisoned) {
+        torch::Tensor at = t;
+        for (const std::int64_t i : index) at = at.select(0, i);
+        fill_poison(at);
+      }
+      if (!c.expected_pattern.empty()) {
+        torch::Tensor at = c.expected;
+        for (const std::int64_t i : c.expected_pattern) at = at.select(0, i);
+        fill_poison(at);
+      }
+      const torch::Tensor tc = t.contiguous(), ec = c.expected.contiguous();
+      for (const bool with_expected : {true, false}) {
+        const torch::Tensor e = with_expected ? c.expected : torch::Tensor();
+        const torch::Tensor e_ref = with_expected ? ec : torch::Tensor();
+        const std::string what = fmt::format("{}, {}, {}", c.what, c10::toString(dtype), with_expected ? "expected" : "no expected");
+        const Survivors got = count_survivors(t, e), want = count_survivors(tc, e_ref);
+        EXPECT_EQ(got.count, want.count) << what;
+        EXPECT_EQ(got.first, want.first) << what;
+        EXPECT_TRUE(survivor_mask(t, e).equal(survivor_mask(tc, e_ref))) << what;
+        if (with_expected) EXPECT_GT(want.count, 0) << what;  // the case has survivors to find
+        if (!with_expected && dtype == torch::kUInt8) {
+          // A sentinel without a reference, kept in part: no evidence, in the count or the mask.
+          EXPECT_EQ(got.count, 0) << what;
+          EXPECT_FALSE(survivor_mask(t, e).any().item<bool>()) << what;
+        }
+      }
+      EXPECT_TRUE(pattern_mask(t).equal(pattern_mask(tc))) << c.what << ", " << dtype;
+      // Every element poisoned, no expected value: the sentinel rule counts every one.
+      fill_poison(c.base);
+      EXPECT_EQ(count_survivors(t, torch::Tensor()).count, t.numel()) << c.what << ", " << dtype;
+      EXPECT_EQ(count_survivors(t, torch::Tensor()).first, 0) << c.what << ", " << dtype;
+      EXPECT_TRUE(survivor_mask(t, torch::Tensor()).all().item<bool>()) << c.what << ", " << dtype;
+    }
+  }
+}
+
+// A scan of a transposed tensor against its checkpoint record, and of a shard of dim 1 against
+// its record, holds at most two pieces of torch memory, not copies of the tensor's size.
+TEST(Poison, ScansInLogicalOrderCopyNoTensorWhole) {
+  auto& counter = CountingCpuAllocator::instance();
+  const torch::Tensor w = torch::rand({4096, 1024});
+  const torch::Tensor fused = torch::rand({4096, 3072});
+  const std::vector<std::pair<torch::Tensor, torch::Tensor>> scans = {
+      {w.t(), w.t().contiguous()},
+      {w.t().contiguous(), w.t()},
+      {fused.narrow(1, 1024, 1024), fused.narrow(1, 1024, 1024).contiguous()},
+  };
+  for (const auto& [t, expected] : scans) {
+    const Survivors want = count_survivors(t.contiguous(), expected.contiguous());
+    counter.install();
+    const std::int64_t before = counter.live_bytes();
+    counter.reset_peak();
+    const Survivors got = count_survivors(t, expected);
+    const std::int64_t peak = counter.peak_bytes() - before;
+    counter.uninstall();
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_LE(peak, (2 << 20) + (64 << 10)) << t.sizes() << " " << t.strides() << ": " << t.nbytes() << " bytes";
+  }
 }
 
 TEST(Poison, SentinelWithoutNanNeedsTheExpectedValue) {

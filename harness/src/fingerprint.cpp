@@ -15,6 +15,7 @@
 
 #include "graphcheck/checkpoint.h"
 #include "prefetch.h"
+#include "tensor_pieces.h"
 #include "xxh3_columns.h"
 #include "xxh3_wide.h"
 
@@ -201,32 +202,15 @@ void for_each_outer(const Layout& l, std::size_t outer, Fn&& fn) {
   }
 }
 
-// Adds `t` to `state` in logical order, copied at most about kChunkBytes at a time: the same
-// digest as hashing a contiguous copy, without allocating one of its full size (an expanded
-// view's can be far larger than its storage). Rows are copied a few at a time; a row larger than
-// a chunk is taken one sub-row at a time.
+// Adds `t` to `state` in logical order, a piece of at most about kChunkBytes at a time (Note
+// [Pieces in logical order]): the same digest as hashing a contiguous copy, without allocating one
+// of its full size (an expanded view's can be far larger than its storage).
 void hash_copied(XXH3_state_t* state, const torch::Tensor& t) {
-  if (t.dim() == 0 || t.nbytes() <= static_cast<std::size_t>(kChunkBytes)) {
-    const torch::Tensor c = t.contiguous();
-    XXH3_64bits_update(state, c.data_ptr(), c.nbytes());
-    return;
-  }
-  const std::int64_t rows = t.size(0);
-  const std::int64_t row_bytes = static_cast<std::int64_t>(t.nbytes()) / rows;
-  if (row_bytes > kChunkBytes && t.dim() > 1) {
-    for (std::int64_t r = 0; r < rows; ++r) hash_copied(state, t.select(0, r));
-    return;
-  }
-  const std::int64_t step = std::max<std::int64_t>(1, kChunkBytes / row_bytes);
-  std::vector<std::int64_t> shape = t.sizes().vec();
-  shape[0] = std::min(step, rows);
-  const torch::Tensor buffer = torch::empty(shape, t.options());  // reused: no page faults per chunk
-  for (std::int64_t r = 0; r < rows; r += step) {
-    const std::int64_t n = std::min(step, rows - r);
-    torch::Tensor chunk = buffer.narrow(0, 0, n);
-    chunk.copy_(t.narrow(0, r, n));
-    XXH3_64bits_update(state, chunk.data_ptr(), chunk.nbytes());
-  }
+  PieceBuffer buffer(t, kChunkBytes);
+  for_each_piece(t.sizes(), static_cast<std::int64_t>(t.element_size()), kChunkBytes, [&](const TensorPiece& p) {
+    const torch::Tensor piece = buffer.copy(p.of(t));
+    XXH3_64bits_update(state, piece.data_ptr(), piece.nbytes());
+  });
 }
 
 // Runs of the innermost dim shorter than this are copied a few rows at a time instead: one

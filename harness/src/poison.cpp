@@ -4,9 +4,12 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "byte_scan.h"
+#include "tensor_pieces.h"
 
 #if GRAPHCHECK_HAS_CUDA
 #include "backends/cuda_tensor_ops.h"  // CUDA tensors: the harness's own kernels
@@ -83,13 +86,6 @@ void fill_storage(const c10::Storage& storage, std::uint8_t byte) {
 
 namespace {
 
-// `t`'s elements as one contiguous CPU array: `t` itself when it is one, else a copy (kept alive
-// by the returned tensor).
-torch::Tensor dense_cpu(const torch::Tensor& t) {
-  torch::Tensor c = t.device().is_cpu() ? t : t.to(torch::kCPU);
-  return c.is_contiguous() ? c : c.contiguous();
-}
-
 // Note [Scans in storage order]: a dense CPU view that is not contiguous (a transposed weight
 // after PWAL) holds exactly its nbytes from its first element, in some order; where its expected
 // value (model B's tensor of the same name, a region of it) has the same strides, or there is
@@ -102,9 +98,77 @@ bool same_dense_layout(const torch::Tensor& t, const torch::Tensor& expected) {
   return dense_cpu_bytes(expected) && expected.strides() == t.strides();
 }
 
-// The expected value, comparable with `t`, as a dense CPU array; undefined when not comparable.
-torch::Tensor dense_expected(const torch::Tensor& t, const torch::Tensor& expected) {
-  return comparable(t, expected) ? dense_cpu(expected) : torch::Tensor();
+// Note [Scans in logical order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where storage order will not do (a survivor's logical index is wanted, or the expected value
+// lies in another layout), a scan reads `t` and its expected value side by side in logical order,
+// as runs of contiguous CPU elements:
+//  - both contiguous (or no expected value): one run, where they lie;
+//  - both storing each row of the innermost dim contiguously, rows of at least kMinRowBytes (a
+//    shard of dim 1: the census's live region of a fused tensor, against its checkpoint record):
+//    each row, where it lies;
+//  - anything else (a transposed shard against its record, a device's tensor): pieces of at most
+//    kPieceBytes, copied in logical order into a buffer of that size (Note [Pieces in logical
+//    order]).
+// Before, every such scan first copied `t`, and an expected value that was not contiguous, into
+// logical order whole: tensors of the region's size for as long as the scan ran.
+constexpr std::int64_t kPieceBytes = 1 << 20;
+constexpr std::int64_t kMinRowBytes = 256;
+
+// Whether x stores each row of its innermost dim contiguously, where a scan can read it as bytes.
+bool rows_in_place(const torch::Tensor& x) {
+  return x.device().is_cpu() && x.dim() >= 1 && x.stride(-1) == 1 && !x.is_conj() && !x.is_neg();
+}
+
+// Calls fn(data, expected data or nullptr, n, first) for consecutive runs of `t`'s elements in
+// logical order, `first` the logical index of a run's first element, each with the expected
+// value's elements at the same indices. `expected`: comparable with `t`, or undefined.
+template <class Fn>
+void for_each_run(const torch::Tensor& t, const torch::Tensor& expected, Fn&& fn) {
+  const bool with_expected = expected.defined();
+  const auto direct = [](const torch::Tensor& x) { return x.device().is_cpu() && x.is_contiguous(); };
+  if (direct(t) && (!with_expected || direct(expected))) {
+    return fn(t.data_ptr(), with_expected ? expected.data_ptr() : nullptr, t.numel(), std::int64_t{0});
+  }
+  const std::int64_t width = static_cast<std::int64_t>(t.element_size());
+  const std::int64_t row = t.dim() >= 1 ? t.size(-1) : 0;
+  if (rows_in_place(t) && (!with_expected || rows_in_place(expected)) && row * width >= kMinRowBytes) {
+    const auto* a = static_cast<const std::byte*>(t.data_ptr());
+    const auto* e = with_expected ? static_cast<const std::byte*>(expected.data_ptr()) : nullptr;
+    const std::int64_t outer_dims = t.dim() - 1;
+    std::vector<std::int64_t> index(static_cast<std::size_t>(outer_dims), 0);
+    std::int64_t at = 0, at_expected = 0;  // element offsets of the next row
+    for (std::int64_t r = 0, rows = t.numel() / row; r < rows; ++r) {
+      const std::int64_t here = at, here_expected = at_expected;
+      for (std::int64_t d = outer_dims; d-- > 0;) {  // an odometer, the last outer dim fastest
+        at += t.stride(d);
+        if (with_expected) at_expected += expected.stride(d);
+        if (++index[static_cast<std::size_t>(d)] < t.size(d)) break;
+        at -= t.stride(d) * t.size(d);
+        if (with_expected) at_expected -= expected.stride(d) * t.size(d);
+        index[static_cast<std::size_t>(d)] = 0;
+      }
+      fn(a + here * width, e ? e + here_expected * width : nullptr, row, r * row);
+    }
+    return;
+  }
+  PieceBuffer own(t, kPieceBytes);
+  PieceBuffer theirs(t, kPieceBytes);
+  for_each_piece(t.sizes(), width, kPieceBytes, [&](const TensorPiece& p) {
+    torch::Tensor a = p.of(t);
+    if (!direct(a)) a = own.copy(a);
+    torch::Tensor e;
+    if (with_expected) {
+      e = p.of(expected);
+      if (!direct(e)) e = theirs.copy(e);
+    }
+    fn(a.data_ptr(), with_expected ? e.data_ptr() : nullptr, a.numel(), p.first);
+  });
+}
+
+// The expected value, where it is comparable with `t`; undefined otherwise.
+torch::Tensor comparable_expected(const torch::Tensor& t, const torch::Tensor& expected) {
+  return comparable(t, expected) ? expected : torch::Tensor();
 }
 
 }  // namespace
@@ -112,16 +176,17 @@ torch::Tensor dense_expected(const torch::Tensor& t, const torch::Tensor& expect
 torch::Tensor survivor_mask(const torch::Tensor& t, const torch::Tensor& expected) {
   torch::Tensor mask = torch::zeros({t.numel()}, torch::kBool);
   if (t.numel() == 0) return mask;
-  const torch::Tensor a = dense_cpu(t);
-  const torch::Tensor e = dense_expected(t, expected);
+  const torch::Tensor e = comparable_expected(t, expected);
   const std::uint8_t byte = poison_byte(t.scalar_type());
+  bool* out = mask.data_ptr<bool>();
+  std::int64_t pattern = 0;
   // Where the expected value itself is the pattern, holding it is no evidence.
-  scan::mask_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(), byte,
-                     mask.data_ptr<bool>());
-  if (!e.defined() && !poison_is_nan(t.scalar_type())) {
-    // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
-    if (scan::count_pattern(a.data_ptr(), nullptr, t.numel(), t.element_size(), byte) != t.numel()) mask.zero_();
-  }
+  for_each_run(t, e, [&](const void* a, const void* ea, std::int64_t n, std::int64_t first) {
+    scan::mask_pattern(a, ea, n, t.element_size(), byte, out + first);
+    if (!e.defined() && !poison_is_nan(t.scalar_type())) pattern += scan::count_pattern(a, nullptr, n, t.element_size(), byte);
+  });
+  // A sentinel without a reference: only a tensor that kept it everywhere is evidence.
+  if (!e.defined() && !poison_is_nan(t.scalar_type()) && pattern != t.numel()) mask.zero_();
   return mask.to(t.device());
 }
 
@@ -156,10 +221,13 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
                                   t.element_size(), poison_byte(t.scalar_type()));
     if (s.count == 0) return s;
   }
-  const torch::Tensor a = dense_cpu(t);
-  const torch::Tensor e = dense_expected(t, expected);
-  s.count = scan::count_pattern(a.data_ptr(), e.defined() ? e.data_ptr() : nullptr, t.numel(), t.element_size(),
-                                poison_byte(t.scalar_type()), &s.first);
+  const torch::Tensor e = comparable_expected(t, expected);
+  s.count = 0;
+  for_each_run(t, e, [&](const void* a, const void* ea, std::int64_t n, std::int64_t first) {
+    std::int64_t at = -1;
+    s.count += scan::count_pattern(a, ea, n, t.element_size(), poison_byte(t.scalar_type()), s.first < 0 ? &at : nullptr);
+    if (at >= 0) s.first = first + at;
+  });
   if (!e.defined() && !poison_is_nan(t.scalar_type()) && s.count != s.elements) {
     s.count = 0;
     s.first = -1;
@@ -170,9 +238,10 @@ Survivors count_survivors(const torch::Tensor& t, const torch::Tensor& expected)
 torch::Tensor pattern_mask(const torch::Tensor& t) {
   torch::Tensor mask = torch::zeros({t.numel()}, torch::kBool);
   if (t.numel() == 0) return mask;
-  const torch::Tensor a = dense_cpu(t);
-  scan::mask_pattern(a.data_ptr(), nullptr, t.numel(), t.element_size(), poison_byte(t.scalar_type()),
-                     mask.data_ptr<bool>());
+  bool* out = mask.data_ptr<bool>();
+  for_each_run(t, torch::Tensor(), [&](const void* a, const void*, std::int64_t n, std::int64_t first) {
+    scan::mask_pattern(a, nullptr, n, t.element_size(), poison_byte(t.scalar_type()), out + first);
+  });
   return mask.to(t.device());
 }
 
