@@ -10,15 +10,16 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "counting_allocator.h"
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/engine/driver.h"
 #include "graphcheck/probe.h"
 #include "graphcheck_test_config.h"
-#include "counting_allocator.h"
 #include "poison.h"
 #include "quant/staging.h"
 #include "torch_compat.h"
@@ -228,7 +229,9 @@ TEST(Poison, ScansInLogicalOrderCountAsTheContiguousCopies) {
         EXPECT_EQ(got.count, want.count) << what;
         EXPECT_EQ(got.first, want.first) << what;
         EXPECT_TRUE(survivor_mask(t, e).equal(survivor_mask(tc, e_ref))) << what;
-        if (with_expected) EXPECT_GT(want.count, 0) << what;  // the case has survivors to find
+        if (with_expected) {
+          EXPECT_GT(want.count, 0) << what;  // the case has survivors to find
+        }
         if (!with_expected && dtype == torch::kUInt8) {
           // A sentinel without a reference, kept in part: no evidence, in the count or the mask.
           EXPECT_EQ(got.count, 0) << what;
@@ -245,27 +248,56 @@ TEST(Poison, ScansInLogicalOrderCountAsTheContiguousCopies) {
   }
 }
 
-// A scan of a transposed tensor against its checkpoint record, and of a shard of dim 1 against
-// its record, holds at most two pieces of torch memory, not copies of the tensor's size.
+// A conjugate view taken in pieces counts as its contiguous copy (which resolves the conjugation)
+// in every piece, the contiguous ones included: rows of 400,000 bytes, two to a piece, the last
+// piece one row and contiguous.
+TEST(Poison, ConjugateViewsCountAsTheirContiguousCopies) {
+  torch::Tensor base = torch::empty({3, 50001}, torch::kComplexFloat);
+  std::memset(base.data_ptr(), 0xFF, base.nbytes());  // the pattern in every byte, as stored
+  const torch::Tensor t = base.conj().narrow(1, 0, 50000);
+  const torch::Tensor e = torch::zeros({3, 50000}, torch::kComplexFloat);
+  const Survivors got = count_survivors(t, e), want = count_survivors(t.contiguous(), e);
+  EXPECT_EQ(got.count, want.count);
+  EXPECT_EQ(got.first, want.first);
+  EXPECT_TRUE(survivor_mask(t, e).equal(survivor_mask(t.contiguous(), e)));
+  // The same of the expected value: a tensor that holds the pattern against a conjugate view in
+  // pieces, which holds it as stored and not once resolved.
+  torch::Tensor poisoned = torch::empty({3, 50000}, torch::kComplexFloat);
+  std::memset(poisoned.data_ptr(), 0xFF, poisoned.nbytes());
+  const Survivors reverse = count_survivors(poisoned, t), reverse_want = count_survivors(poisoned, t.contiguous());
+  EXPECT_EQ(reverse.count, reverse_want.count);
+  EXPECT_EQ(reverse.first, reverse_want.first);
+}
+
+// A scan of a transposed tensor against its checkpoint record (and of a row-major one against a
+// transposed record), and of a shard of dim 1 against its record, holds at most two pieces of
+// torch memory, not copies of the tensor's size; a clean one (nothing holds the pattern: Note
+// [Scans in storage order]) holds none.
 TEST(Poison, ScansInLogicalOrderCopyNoTensorWhole) {
   auto& counter = CountingCpuAllocator::instance();
-  const torch::Tensor w = torch::rand({4096, 1024});
-  const torch::Tensor fused = torch::rand({4096, 3072});
-  const std::vector<std::pair<torch::Tensor, torch::Tensor>> scans = {
-      {w.t(), w.t().contiguous()},
-      {w.t().contiguous(), w.t()},
-      {fused.narrow(1, 1024, 1024), fused.narrow(1, 1024, 1024).contiguous()},
-  };
-  for (const auto& [t, expected] : scans) {
-    const Survivors want = count_survivors(t.contiguous(), expected.contiguous());
-    counter.install();
-    const std::int64_t before = counter.live_bytes();
-    counter.reset_peak();
-    const Survivors got = count_survivors(t, expected);
-    const std::int64_t peak = counter.peak_bytes() - before;
-    counter.uninstall();
-    EXPECT_EQ(got.count, want.count);
-    EXPECT_LE(peak, (2 << 20) + (64 << 10)) << t.sizes() << " " << t.strides() << ": " << t.nbytes() << " bytes";
+  for (const bool clean : {true, false}) {
+    const torch::Tensor w = torch::rand({4096, 1024});
+    const torch::Tensor v = torch::rand({4096, 1024});
+    const torch::Tensor fused = torch::rand({4096, 3072});
+    const std::vector<std::pair<torch::Tensor, torch::Tensor>> scans = {
+        {w.t(), w.t().contiguous()},
+        {v.t().contiguous(), v.t()},
+        {fused.narrow(1, 1024, 1024), fused.narrow(1, 1024, 1024).contiguous()},
+    };
+    for (const auto& [t, expected] : scans) {
+      if (!clean) fill_poison(t[700][300]);
+      counter.install();
+      const std::int64_t before = counter.live_bytes();
+      counter.reset_peak();
+      const Survivors got = count_survivors(t, expected);
+      const std::int64_t peak = counter.peak_bytes() - before;
+      counter.uninstall();
+      const std::string what = fmt::format("{} {}{}", fmt::join(t.sizes(), "x"), fmt::join(t.strides(), ","),
+                                           clean ? ", clean" : ", one survivor");
+      EXPECT_EQ(got.count, clean ? 0 : 1) << what;
+      EXPECT_EQ(got.first, clean ? -1 : 700 * t.size(1) + 300) << what;
+      EXPECT_LE(peak, clean ? 0 : (2 << 20) + (64 << 10)) << what << ": " << t.nbytes() << " bytes";
+    }
   }
 }
 

@@ -89,13 +89,14 @@ class PieceBuffer {
   [[nodiscard]] torch::Tensor copy(const torch::Tensor& piece) {
     if (!m_buffer.defined()) m_buffer = torch::empty({m_elements}, m_options);
     torch::Tensor out = m_buffer.narrow(0, 0, piece.numel()).view(piece.sizes());
-    // A piece whose innermost two dims are column-major (rows of a transposed weight) is copied
+    // A CPU piece whose innermost two dims are column-major (rows of a transposed weight) is copied
     // a band of columns at a time: libtorch's copy of the whole piece reads one element of every
     // column per row it writes, and ran at 0.55 GB/s on rows of 1,024 float32 columns; bands of
     // 256 bytes per row read runs of each column, at about 3.5 GB/s (bench/harness_bench
     // BM_PoisonScanVsRecord).
     const std::int64_t band = std::max<std::int64_t>(1, kBandBytes / piece.element_size());
-    if (piece.dim() >= 2 && piece.stride(-2) == 1 && piece.stride(-1) != 1 && piece.size(-1) > band) {
+    if (piece.device().is_cpu() && piece.dim() >= 2 && piece.stride(-2) == 1 && piece.stride(-1) != 1 &&
+        piece.size(-1) > band) {
       for (std::int64_t c = 0; c < piece.size(-1); c += band) {
         const std::int64_t n = std::min(band, piece.size(-1) - c);
         out.narrow(-1, c, n).copy_(piece.narrow(-1, c, n));
