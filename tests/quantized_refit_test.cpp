@@ -178,10 +178,18 @@ TEST(Poison, ScansInLogicalOrderCountAsTheContiguousCopies) {
     };
     std::vector<Case> cases;
     {
-      // A shard of dim 1 of a fused tensor: rows of 128 elements 384 apart, against its record.
-      const torch::Tensor fused = values({64, 384});
+      // A shard of dim 1 of a fused tensor: rows of 128 elements 384 apart, against its record;
+      // 63 rows: the last of them read in a group of three, not four.
+      const torch::Tensor fused = values({63, 384});
       cases.push_back({"dim-1 shard", fused.narrow(1, 128, 128), fused.narrow(1, 128, 128).contiguous(), fused,
-                       {{0, 0}, {3, 127}, {40, 5}, {63, 127}}, {40, 5}});
+                       {{0, 0}, {3, 127}, {40, 5}, {62, 127}}, {40, 5}});
+    }
+    {
+      // Rows of two bands and more, read four rows side by side a band at a time: the first
+      // survivor in logical order ([0, 200], in row 0's second band) is found after [1, 5].
+      const torch::Tensor fused = values({8, 768});
+      cases.push_back({"dim-1 shard, rows of several bands", fused.narrow(1, 256, 256),
+                       fused.narrow(1, 256, 256).contiguous(), fused, {{0, 200}, {1, 5}, {7, 255}}, {7, 255}});
     }
     {
       // The same of a stack (an MoE layer's experts): rows in the order of two outer dims.
