@@ -183,25 +183,6 @@ Layout reduced_layout(const torch::Tensor& t) {
   return l;
 }
 
-// Calls fn with the element offset of every index of the view's first `outer` dims, in logical
-// order.
-template <class Fn>
-void for_each_outer(const Layout& l, std::size_t outer, Fn&& fn) {
-  std::int64_t count = 1;
-  for (std::size_t d = 0; d < outer; ++d) count *= l.sizes[d];
-  std::vector<std::int64_t> index(outer, 0);
-  std::int64_t at = 0;
-  for (std::int64_t i = 0; i < count; ++i) {
-    fn(at);
-    for (std::size_t d = outer; d-- > 0;) {  // an odometer, the last dim fastest
-      at += l.strides[d];
-      if (++index[d] < l.sizes[d]) break;
-      at -= l.strides[d] * l.sizes[d];
-      index[d] = 0;
-    }
-  }
-}
-
 // Adds `t` to `state` in logical order, a piece of at most about kChunkBytes at a time (Note
 // [Pieces in logical order]): the same digest as hashing a contiguous copy, without allocating one
 // of its full size (an expanded view's can be far larger than its storage).
@@ -238,8 +219,8 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
     // Note [Strided fingerprints]: runs of the innermost dim, where they lie.
     auto state = new_state();
     const auto run = static_cast<std::size_t>(l.sizes[d - 1]) * width;
-    for_each_outer(l, d - 1, [&](std::int64_t at) {
-      update_prefetched(state.get(), base + at * static_cast<std::int64_t>(width), run);
+    for_each_outer<1>(l.sizes, {l.strides}, d - 1, [&](const std::array<std::int64_t, 1>& at) {
+      update_prefetched(state.get(), base + at[0] * static_cast<std::int64_t>(width), run);
     });
     return XXH3_64bits_digest(state.get());
   }
@@ -253,7 +234,10 @@ std::uint64_t fingerprint(const torch::Tensor& tensor) {
     // The sweep takes a stack only of matrices of whole 1 KiB blocks: smaller ones are not listed
     // (a list of offsets of tiny matrices would pass the view's own size).
     std::vector<std::int64_t> matrices;
-    if (alone || matrix_bytes >= 1024) for_each_outer(l, d - 2, [&](std::int64_t at) { matrices.push_back(at); });
+    if (alone || matrix_bytes >= 1024) {
+      for_each_outer<1>(l.sizes, {l.strides}, d - 2,
+                        [&](const std::array<std::int64_t, 1>& at) { matrices.push_back(at[0]); });
+    }
     if (!matrices.empty()) {
       if (auto digest = detail::xxh3_column_batch(base, matrices, rows, cols, col_stride, width)) return *digest;
     }

@@ -140,9 +140,6 @@ void for_each_run(const torch::Tensor& t, const torch::Tensor& expected, Fn&& fn
   if (rows_in_place(t) && (!with_expected || rows_in_place(expected)) && row * width >= kMinRowBytes) {
     const auto* a = static_cast<const std::byte*>(t.data_ptr());
     const auto* e = with_expected ? static_cast<const std::byte*>(expected.data_ptr()) : nullptr;
-    const std::int64_t outer_dims = t.dim() - 1;
-    std::vector<std::int64_t> index(static_cast<std::size_t>(outer_dims), 0);
-    std::int64_t at = 0, at_expected = 0;  // element offsets of the next row
     // Note [Scans read four streams], for rows: short rows are read four side by side, a band of
     // 512 bytes of each in turn, so that one core keeps four streams of lines in flight, not one
     // that starts anew at every row. A shard's rows of 4 KiB (each starts a page) read one by one
@@ -171,19 +168,14 @@ void for_each_run(const torch::Tensor& t, const torch::Tensor& expected, Fn&& fn
       }
       grouped = 0;
     };
-    for (std::int64_t r = 0, rows = t.numel() / row; r < rows; ++r) {
-      const std::int64_t here = at, here_expected = at_expected;
-      for (std::int64_t d = outer_dims; d-- > 0;) {  // an odometer, the last outer dim fastest
-        at += t.stride(d);
-        if (with_expected) at_expected += expected.stride(d);
-        if (++index[static_cast<std::size_t>(d)] < t.size(d)) break;
-        at -= t.stride(d) * t.size(d);
-        if (with_expected) at_expected -= expected.stride(d) * t.size(d);
-        index[static_cast<std::size_t>(d)] = 0;
-      }
-      group[grouped++] = {here, here_expected, r * row};
-      if (grouped == group.size()) flush();
-    }
+    std::int64_t first = 0;  // the logical index of the next row's first element
+    const c10::IntArrayRef strides_expected = with_expected ? expected.strides() : t.strides();
+    for_each_outer<2>(t.sizes(), {t.strides(), strides_expected}, static_cast<std::size_t>(t.dim() - 1),
+                      [&](const std::array<std::int64_t, 2>& at) {
+                        group[grouped++] = {at[0], at[1], first};
+                        first += row;
+                        if (grouped == group.size()) flush();
+                      });
     if (grouped > 0) flush();
     return;
   }

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -74,6 +75,29 @@ template <class Fn>
 void for_each_piece(c10::IntArrayRef sizes, std::int64_t element_size, std::int64_t budget, Fn&& fn) {
   TensorPiece piece;
   detail::visit_pieces(sizes, element_size, budget, piece, 0, fn);
+}
+
+// Calls fn(at) for every index of the first `outer` dims of `sizes`, in logical order (the last of
+// them fastest), `at[k]` the element offset of that index under `strides[k]`: the runs of the
+// innermost dims that the fingerprint hashes where they lie (one stride set) and the rows that a
+// poison scan reads beside its expected value's (two). An odometer: one add per index and stride
+// set, not a product per dim.
+template <std::size_t N, class Fn>
+void for_each_outer(c10::IntArrayRef sizes, const std::array<c10::IntArrayRef, N>& strides, std::size_t outer,
+                    Fn&& fn) {
+  std::int64_t count = 1;
+  for (std::size_t d = 0; d < outer; ++d) count *= sizes[d];
+  std::vector<std::int64_t> index(outer, 0);
+  std::array<std::int64_t, N> at{};
+  for (std::int64_t i = 0; i < count; ++i) {
+    fn(static_cast<const std::array<std::int64_t, N>&>(at));
+    for (std::size_t d = outer; d-- > 0;) {
+      for (std::size_t k = 0; k < N; ++k) at[k] += strides[k][d];
+      if (++index[d] < sizes[d]) break;
+      for (std::size_t k = 0; k < N; ++k) at[k] -= strides[k][d] * sizes[d];
+      index[d] = 0;
+    }
+  }
 }
 
 // A buffer for the pieces of one tensor: a piece copied into it is contiguous, on the CPU, in the
