@@ -27,4 +27,11 @@ cudaError_t poison_scan(const void* data, const void* expected, std::int64_t ele
 cudaError_t fingerprint(const void* data, std::uint64_t bytes, unsigned long long* result,
                         cudaStream_t stream);
 
+// Adds the lanes of `bytes` bytes at `data` (contiguous device memory), numbered from `first_lane`,
+// to sums[0] (their sum) and sums[1] (their xor): a segment of a fingerprint taken in pieces
+// (fingerprint_lanes.h, Note [Device fingerprints in pieces]). Bytes past `bytes` in the last lane
+// count as zero.
+cudaError_t fingerprint_lanes(const void* data, std::uint64_t bytes, std::uint64_t first_lane,
+                              unsigned long long* sums, cudaStream_t stream);
+
 }  // namespace graphcheck::kernels::cuda

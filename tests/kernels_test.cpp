@@ -9,9 +9,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
 
 #include "address_index.h"
 #include "backends/emulated_backend.h"
+#include "fingerprint_lanes.h"
 #include "graphcheck/model.h"
 #include "quant_ops.h"
 
@@ -177,6 +181,78 @@ TEST(QuantOpsRegistration, EveryOpHasItsKernels) {
 #else
     EXPECT_FALSE(op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) << name;
 #endif
+  }
+}
+
+// Note [Device fingerprints in pieces]: a fingerprint taken in segments of any length (the pieces
+// of a view: rows of odd bytes, single elements, empty ones) is the fingerprint of the whole, with
+// the kernel's part (whole lanes at their index) played here by the same arithmetic on the host.
+// Its reference is the kernel's definition, written out: every lane of the whole, zero past the end.
+TEST(DeviceFingerprintLanes, SegmentsOfAnyLengthAddUpToTheWhole) {
+  const auto reference = [](const std::vector<unsigned char>& data) {
+    lanes::Sums s;
+    for (std::uint64_t i = 0; i * 8 < data.size(); ++i) {
+      unsigned long long v = 0;
+      for (std::uint64_t b = 0; b < 8 && i * 8 + b < data.size(); ++b) {
+        v |= static_cast<unsigned long long>(data[i * 8 + b]) << (8 * b);
+      }
+      s.add(v, i);
+    }
+    return lanes::finish(s.sum, s.xr, data.size());
+  };
+  const auto in_segments = [](const std::vector<unsigned char>& data, const std::vector<std::uint64_t>& lengths) {
+    lanes::LaneAssembler assembler;
+    lanes::Sums device;  // what the kernel adds
+    std::uint64_t at = 0;
+    for (const std::uint64_t length : lengths) {
+      const unsigned char* segment = data.data() + at;
+      assembler.add(
+          length,
+          [&](std::uint64_t offset, std::uint64_t bytes, std::uint64_t first_lane) {
+            EXPECT_EQ(bytes % 8, 0u);
+            EXPECT_LE(offset + bytes, length);
+            for (std::uint64_t k = 0; k < bytes / 8; ++k) {
+              unsigned long long v = 0;
+              std::memcpy(&v, segment + offset + 8 * k, 8);
+              device.add(v, first_lane + k);
+            }
+          },
+          [&](std::uint64_t offset, std::uint64_t bytes, unsigned char* out) {
+            EXPECT_LT(bytes, 8u);
+            EXPECT_LE(offset + bytes, length);
+            std::memcpy(out, segment + offset, bytes);
+          });
+      at += length;
+    }
+    EXPECT_EQ(assembler.bytes(), data.size());
+    return assembler.finish(device);
+  };
+  std::mt19937_64 rng(5);
+  for (const std::uint64_t n : {0, 1, 7, 8, 9, 15, 64, 1001, 4099}) {
+    std::vector<unsigned char> data(n);
+    for (auto& b : data) b = static_cast<unsigned char>(rng());
+    const std::uint64_t want = reference(data);
+    std::vector<std::vector<std::uint64_t>> splits = {{n}};
+    for (const std::uint64_t step : {1, 3, 6, 8, 13, 24}) {
+      std::vector<std::uint64_t> lengths;
+      for (std::uint64_t at = 0; at < n; at += step) lengths.push_back(std::min(step, n - at));
+      splits.push_back(lengths);
+    }
+    for (int r = 0; r < 20; ++r) {  // random lengths, empty segments among them
+      std::vector<std::uint64_t> lengths;
+      for (std::uint64_t at = 0; at < n;) {
+        const std::uint64_t len = std::min<std::uint64_t>(rng() % 21, n - at);
+        lengths.push_back(len);
+        at += len;
+      }
+      splits.push_back(lengths);
+    }
+    for (const auto& lengths : splits) EXPECT_EQ(in_segments(data, lengths), want) << n << " bytes, " << lengths.size() << " segments";
+    if (n >= 2) {  // and the digest sees a changed byte
+      std::vector<unsigned char> changed = data;
+      changed[0] = static_cast<unsigned char>(data[0] + 1);
+      EXPECT_NE(in_segments(changed, {1, n - 1}), want) << n;
+    }
   }
 }
 

@@ -100,16 +100,17 @@ void for_each_outer(c10::IntArrayRef sizes, const std::array<c10::IntArrayRef, N
   }
 }
 
-// A buffer for the pieces of one tensor: a piece copied into it is contiguous, on the CPU, in the
-// tensor's dtype. Allocated once, at the first piece (no page faults per piece).
+// A buffer for the pieces of one tensor: a piece copied into it is contiguous, on `device` (the
+// host unless told), in the tensor's dtype. Allocated once, at the first piece (no page faults per
+// piece).
 class PieceBuffer {
  public:
-  PieceBuffer(const torch::Tensor& t, std::int64_t budget)
+  PieceBuffer(const torch::Tensor& t, std::int64_t budget, torch::Device device = torch::kCPU)
       : m_elements(std::min<std::int64_t>(t.numel(), std::max<std::int64_t>(1, budget / t.element_size()))),
-        m_options(t.options().device(torch::kCPU)) {}
+        m_options(t.options().device(device)) {}
 
-  // `piece` copied into the buffer (conjugate and negative views resolved, a device's copied to the
-  // host); the result is valid until the next call.
+  // `piece` copied into the buffer (conjugate and negative views resolved; to the buffer's device);
+  // the result is valid until the next call.
   [[nodiscard]] torch::Tensor copy(const torch::Tensor& piece) {
     if (!m_buffer.defined()) m_buffer = torch::empty({m_elements}, m_options);
     torch::Tensor out = m_buffer.narrow(0, 0, piece.numel()).view(piece.sizes());

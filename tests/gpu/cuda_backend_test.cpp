@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "backends/cuda_tensor_ops.h"
 #include "fingerprint.h"
 #include "graphcheck/engine/driver.h"
 #include "graphcheck/engine/session.h"
@@ -122,6 +123,63 @@ TEST_F(HarnessKernelsOnCuda, FingerprintDependsOnContentNotLayout) {
   c[5][7] = -1;
   EXPECT_NE(fingerprint(a), fingerprint(c));
   EXPECT_NE(fingerprint(a), fingerprint(a.narrow(0, 0, 63)));
+}
+
+// Note [Device scans in pieces]: a scan against an expected value on the host, or in another
+// layout, copies it to the device a piece at a time and counts what the CPU code counts, the first
+// survivor included, whatever the pieces split.
+TEST_F(HarnessKernelsOnCuda, ScansAgainstAnExpectedValueElsewhereInPieces) {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kUInt8}) {
+    torch::Tensor cpu = torch::zeros({40, 30}, dtype);
+    fill_poison(cpu);
+    cpu.narrow(0, 0, 3).zero_();  // the first survivor at 90
+    const torch::Tensor gpu = cpu.cuda();
+    torch::Tensor record = torch::ones({30, 40}, dtype);  // a transposed record, on the host
+    fill_poison(record.narrow(0, 5, 1));                  // excused where it holds the pattern too
+    const torch::Tensor expected = record.t();
+    const Survivors want = count_survivors(cpu, expected);
+    ASSERT_GT(want.count, 0) << dtype;
+    ASSERT_LT(want.count, 40 * 30 - 90) << dtype;
+    EXPECT_EQ(want.first, 90) << dtype;
+    for (const std::int64_t budget : std::vector<std::int64_t>{1, 50, 1000, 64 << 20}) {
+      const cuda_ops::ScanResult got =
+          cuda_ops::detail::scan_poison_in_pieces(gpu, expected, poison_byte(dtype), budget);
+      EXPECT_EQ(got.count, want.count) << dtype << ", pieces of " << budget;
+      EXPECT_EQ(got.first, want.first) << dtype << ", pieces of " << budget;
+    }
+    const Survivors whole = count_survivors(gpu, expected);
+    EXPECT_EQ(whole.count, want.count) << dtype;
+    EXPECT_EQ(whole.first, want.first) << dtype;
+  }
+}
+
+// Note [Device fingerprints in pieces]: a view that is not contiguous, fingerprinted a piece at a
+// time, hashes as its contiguous copy does, whatever the pieces split (lanes, rows, elements).
+TEST_F(HarnessKernelsOnCuda, FingerprintInPiecesIsTheContiguousCopys) {
+  torch::manual_seed(3);
+  const torch::Tensor f = torch::randn({6, 10, 14}).cuda();
+  const torch::Tensor h = torch::randn({5, 3, 7}).to(torch::kFloat16).cuda();
+  const torch::Tensor b = torch::randint(0, 255, {33, 17}, torch::kUInt8).cuda();
+  const std::vector<std::pair<torch::Tensor, const char*>> views = {
+      {f.transpose(1, 2), "a stack of matrices seen transposed"},
+      {f.permute({2, 0, 1}), "a permutation"},
+      {f.narrow(2, 3, 5), "a column slice"},
+      {h.transpose(0, 2), "float16 rows of odd bytes"},
+      {b.t(), "bytes, transposed"},
+      {f.select(1, 4).unsqueeze(1).expand({6, 3, 14}), "an expanded view"},
+      {f, "a contiguous tensor"},
+  };
+  for (const auto& [view, what] : views) {
+    const std::uint64_t want = cuda_ops::fingerprint(view.contiguous());
+    for (const std::int64_t budget : std::vector<std::int64_t>{1, 6, 40, 1000, 64 << 20}) {
+      EXPECT_EQ(cuda_ops::detail::fingerprint_in_pieces(view, budget), want) << what << ", pieces of " << budget;
+    }
+    EXPECT_EQ(fingerprint(view), want) << what;
+  }
+  torch::Tensor changed = f.clone();
+  changed[5][9][13] = 1e6;
+  EXPECT_NE(cuda_ops::detail::fingerprint_in_pieces(changed.transpose(1, 2), 40),
+            cuda_ops::fingerprint(f.transpose(1, 2).contiguous()));
 }
 
 // ---- every scenario on the cuda backend ----------------------------------------------------
