@@ -60,6 +60,7 @@ class LaneAssembler {
   // read(offset, bytes, out) copies `bytes` bytes (fewer than 8) at `offset` in the segment to `out`.
   template <class Whole, class Read>
   void add(std::uint64_t bytes, Whole&& whole, Read&& read) {
+    if (bytes == 0) return;
     std::uint64_t off = 0;
     if (m_at % 8 != 0) {  // the rest of a lane the last segment began
       const std::uint64_t head = std::min<std::uint64_t>(8 - m_at % 8, bytes);

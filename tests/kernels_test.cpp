@@ -218,6 +218,7 @@ TEST(DeviceFingerprintLanes, SegmentsOfAnyLengthAddUpToTheWhole) {
             }
           },
           [&](std::uint64_t offset, std::uint64_t bytes, unsigned char* out) {
+            EXPECT_GT(bytes, 0u);  // no empty reads (each is a copy from the device and a sync)
             EXPECT_LT(bytes, 8u);
             EXPECT_LE(offset + bytes, length);
             std::memcpy(out, segment + offset, bytes);

@@ -150,6 +150,15 @@ TEST_F(HarnessKernelsOnCuda, ScansAgainstAnExpectedValueElsewhereInPieces) {
     const Survivors whole = count_survivors(gpu, expected);
     EXPECT_EQ(whole.count, want.count) << dtype;
     EXPECT_EQ(whole.first, want.first) << dtype;
+    // The same record on the device, transposed: copied on the device, a piece at a time.
+    const Survivors on_device = count_survivors(gpu, record.cuda().t());
+    EXPECT_EQ(on_device.count, want.count) << dtype;
+    EXPECT_EQ(on_device.first, want.first) << dtype;
+    // A clean region has no survivor, whatever the record holds (no piece copied at all).
+    const cuda_ops::ScanResult clean =
+        cuda_ops::detail::scan_poison_in_pieces(torch::zeros({40, 30}, dtype).cuda(), expected, poison_byte(dtype), 50);
+    EXPECT_EQ(clean.count, 0) << dtype;
+    EXPECT_EQ(clean.first, -1) << dtype;
   }
 }
 
@@ -160,6 +169,7 @@ TEST_F(HarnessKernelsOnCuda, FingerprintInPiecesIsTheContiguousCopys) {
   const torch::Tensor f = torch::randn({6, 10, 14}).cuda();
   const torch::Tensor h = torch::randn({5, 3, 7}).to(torch::kFloat16).cuda();
   const torch::Tensor b = torch::randint(0, 255, {33, 17}, torch::kUInt8).cuda();
+  const torch::Tensor c = torch::randn({7, 3}, torch::kComplexFloat).cuda();
   const std::vector<std::pair<torch::Tensor, const char*>> views = {
       {f.transpose(1, 2), "a stack of matrices seen transposed"},
       {f.permute({2, 0, 1}), "a permutation"},
@@ -167,6 +177,9 @@ TEST_F(HarnessKernelsOnCuda, FingerprintInPiecesIsTheContiguousCopys) {
       {h.transpose(0, 2), "float16 rows of odd bytes"},
       {b.t(), "bytes, transposed"},
       {f.select(1, 4).unsqueeze(1).expand({6, 3, 14}), "an expanded view"},
+      {f.to(torch::kFloat64).transpose(0, 2), "float64, transposed"},
+      {c.t().conj(), "a conjugate view, transposed (the copy resolves the bit)"},
+      {c.narrow(1, 1, 2).conj(), "a column slice of a conjugate view (contiguous rows among its pieces)"},
       {f, "a contiguous tensor"},
   };
   for (const auto& [view, what] : views) {

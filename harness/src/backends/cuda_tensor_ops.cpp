@@ -82,7 +82,8 @@ namespace detail {
 // Note [Device scans in pieces]: an expected value elsewhere (the census's checkpoint record, on
 // the host) or in another layout was copied to the device whole, a second tensor of the region's
 // size in device memory; now a piece of it at a time, at most `budget` bytes, into one buffer,
-// scanned beside the same piece of `t` (contiguous, so each piece lies where it is).
+// scanned beside the same piece of `t` (contiguous, so each piece lies where it is), and only
+// where `t` holds the pattern at all.
 ScanResult scan_poison_in_pieces(const torch::Tensor& t, const torch::Tensor& expected, std::uint8_t byte,
                                  std::int64_t budget) {
   TORCH_CHECK(t.is_cuda() && t.is_contiguous(), "graphcheck: scan_poison needs a contiguous CUDA tensor");
@@ -90,8 +91,11 @@ ScanResult scan_poison_in_pieces(const torch::Tensor& t, const torch::Tensor& ex
               "graphcheck: scan_poison's expected value must have the tensor's shape and dtype");
   const c10::cuda::CUDAGuard guard(t.device());
   torch::Tensor result = torch::empty({2}, t.options().dtype(torch::kInt64));
-  PieceBuffer buffer(expected, budget, t.device());
+  // A region that holds the pattern nowhere (a clean load) has no survivor, whatever its expected
+  // value holds (Note [Scans in storage order], poison.cpp): no copy of the expected value at all.
   ScanResult total;
+  if (scan_run(t.data_ptr(), nullptr, t.numel(), t.element_size(), byte, result).count == 0) return total;
+  PieceBuffer buffer(expected, budget, t.device());
   for_each_piece(t.sizes(), static_cast<std::int64_t>(t.element_size()), budget, [&](const TensorPiece& p) {
     const torch::Tensor piece = p.of(t);
     const torch::Tensor e = buffer.copy(p.of(expected));
@@ -127,8 +131,10 @@ std::uint64_t fingerprint_in_pieces(const torch::Tensor& t, std::int64_t budget)
                 "fingerprint");
         },
         [&](std::uint64_t offset, std::uint64_t bytes, unsigned char* out) {
-          check(cudaMemcpyAsync(out, base + offset, bytes, cudaMemcpyDeviceToHost, stream), "fingerprint copy");
-          check(cudaStreamSynchronize(stream), "fingerprint copy");
+          cudaError_t err = cudaMemcpyAsync(out, base + offset, bytes, cudaMemcpyDeviceToHost, stream);
+          if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+          TORCH_CHECK(err == cudaSuccess, "graphcheck: fingerprint: copying ", bytes,
+                      " bytes of a piece to the host failed: ", cudaGetErrorString(err));
         });
   });
   const torch::Tensor host = sums.cpu();

@@ -1,8 +1,8 @@
 #pragma once
 // The harness's work on CUDA tensors through its own kernels (kernels/harness_kernels.h): poison
 // fill and survivor scan, and the content fingerprint, on the device, without copying weights to
-// the host. Built only with GRAPHCHECK_HAS_CUDA; poison.cpp and fingerprint.cpp call these for
-// contiguous CUDA tensors.
+// the host. Built only with GRAPHCHECK_HAS_CUDA; poison.cpp calls these for contiguous CUDA
+// tensors, fingerprint.cpp for any CUDA tensor.
 
 #include <torch/types.h>
 
