@@ -179,11 +179,9 @@ void for_each_run(const torch::Tensor& t, const torch::Tensor& expected, Fn&& fn
     if (grouped > 0) flush();
     return;
   }
-  // A piece is read where it lies when it is contiguous, unless it views a conjugate or negative
-  // tensor that is not: the copy resolves those bits, as the whole copy did before (a tensor
-  // contiguous as a whole is read as its bytes, as it was).
+  // A device's piece is copied to the host; a CPU piece where piece_reads_in_place() says so.
   const auto copied = [&](const torch::Tensor& piece, const torch::Tensor& whole) {
-    return !direct(piece) || (!direct(whole) && (piece.is_conj() || piece.is_neg()));
+    return !piece.device().is_cpu() || !piece_reads_in_place(piece, whole);
   };
   PieceBuffer own(t, kPieceBytes);
   PieceBuffer theirs(t, kPieceBytes);

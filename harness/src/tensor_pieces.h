@@ -77,6 +77,14 @@ void for_each_piece(c10::IntArrayRef sizes, std::int64_t element_size, std::int6
   detail::visit_pieces(sizes, element_size, budget, piece, 0, fn);
 }
 
+// Whether a piece of `whole` (a view of it, on its device) is read as its bytes where it lies: a
+// contiguous piece is, unless it views a conjugate or negative tensor that is not contiguous as a
+// whole, whose copy of the whole resolved those bits (a tensor contiguous as a whole is read as its
+// bytes). Any other piece is copied (PieceBuffer::copy resolves them).
+inline bool piece_reads_in_place(const torch::Tensor& piece, const torch::Tensor& whole) {
+  return piece.is_contiguous() && (whole.is_contiguous() || !(piece.is_conj() || piece.is_neg()));
+}
+
 // Calls fn(at) for every index of the first `outer` dims of `sizes`, in logical order (the last of
 // them fastest), `at[k]` the element offset of that index under `strides[k]`: the runs of the
 // innermost dims that the fingerprint hashes where they lie (one stride set) and the rows that a

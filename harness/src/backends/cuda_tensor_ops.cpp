@@ -14,12 +14,10 @@
 namespace graphcheck::cuda_ops {
 namespace {
 
-// The pieces a view that is not contiguous is fingerprinted in (Note [Device fingerprints in
-// pieces]): device memory for one, instead of a copy of the whole view.
-constexpr std::int64_t kFingerprintPieceBytes = std::int64_t{64} << 20;
-// The same for the expected value of a scan that is not on the device in the tensor's layout (Note
-// [Device scans in pieces]).
-constexpr std::int64_t kScanPieceBytes = std::int64_t{64} << 20;
+// The pieces a view that is not contiguous is fingerprinted in, and a scan's expected value that
+// is not on the device in the tensor's layout is copied in (Note [Device fingerprints in pieces],
+// Note [Device scans in pieces]): device memory for one, instead of a copy of the whole.
+constexpr std::int64_t kDevicePieceBytes = std::int64_t{64} << 20;
 
 void check(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "graphcheck: ", what,
@@ -57,7 +55,7 @@ ScanResult scan_poison(const torch::Tensor& t, const torch::Tensor& expected, st
   TORCH_CHECK(t.is_cuda() && t.is_contiguous(),
               "graphcheck: scan_poison needs a contiguous CUDA tensor");
   if (expected.defined() && !(expected.device() == t.device() && expected.is_contiguous())) {
-    return detail::scan_poison_in_pieces(t, expected, byte, kScanPieceBytes);
+    return detail::scan_poison_in_pieces(t, expected, byte, kDevicePieceBytes);
   }
   const c10::cuda::CUDAGuard guard(t.device());
   torch::Tensor result = torch::empty({2}, t.options().dtype(torch::kInt64));
@@ -67,7 +65,7 @@ ScanResult scan_poison(const torch::Tensor& t, const torch::Tensor& expected, st
 
 std::uint64_t fingerprint(const torch::Tensor& tensor) {
   TORCH_CHECK(tensor.is_cuda(), "graphcheck: fingerprint of a CUDA tensor expected");
-  if (!tensor.is_contiguous()) return detail::fingerprint_in_pieces(tensor, kFingerprintPieceBytes);
+  if (!tensor.is_contiguous()) return detail::fingerprint_in_pieces(tensor, kDevicePieceBytes);
   const c10::cuda::CUDAGuard guard(tensor.device());
   torch::Tensor result = torch::empty({3}, tensor.options().dtype(torch::kInt64));
   check(kernels::cuda::fingerprint(tensor.data_ptr(), tensor.nbytes(),
@@ -116,13 +114,9 @@ std::uint64_t fingerprint_in_pieces(const torch::Tensor& t, std::int64_t budget)
   PieceBuffer buffer(t, budget, t.device());
   kernels::lanes::LaneAssembler lanes;
   for_each_piece(t.sizes(), static_cast<std::int64_t>(t.element_size()), budget, [&](const TensorPiece& p) {
-    // A piece is read where it lies when it is contiguous, unless it views a conjugate or negative
-    // tensor that is not: contiguous() resolved those bits in its copy of the whole, and the
-    // buffer's copy does (a tensor contiguous as a whole is hashed as its bytes, as it was).
+    // As contiguous() did for the whole: conjugate and negative bits resolved in any copy.
     torch::Tensor piece = p.of(t);
-    if (!piece.is_contiguous() || (!t.is_contiguous() && (piece.is_conj() || piece.is_neg()))) {
-      piece = buffer.copy(piece);
-    }
+    if (!piece_reads_in_place(piece, t)) piece = buffer.copy(piece);
     const auto* base = static_cast<const std::uint8_t*>(piece.data_ptr());
     lanes.add(
         static_cast<std::uint64_t>(piece.nbytes()),
