@@ -12,6 +12,8 @@
 //    tensors, 8 and 512 modules deep (ns_per_tensor), and the floor under any snapshot that
 //    lists named tensors (BM_AddressFloor: copying each name and handle) and under any snapshot
 //    at all (BM_AddressTouch: reading each live tensor's address and size);
+//  - the coverage perturbation in place and back vs memcpy, float32 and bfloat16, beside the
+//    saved copy it replaced;
 //  - emulated replay vs eager forward per fixture (replay_over_eager).
 // Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
@@ -37,6 +39,7 @@
 #include "graphcheck/engine/backend.h"
 #include "graphcheck/model.h"
 #include "graphcheck/engine/driver.h"
+#include "perturb_bits.h"
 #include "poison.h"
 #include "synthetic_fill.h"
 
@@ -156,6 +159,54 @@ void BM_PoisonFill(benchmark::State& state) {
 }
 BENCHMARK(BM_PoisonFill)->Apply(sizes)->Unit(benchmark::kMicrosecond);
 
+// The coverage group test's perturbation of a tensor and its undoing (Note [A perturbation undone
+// exactly]): in place and back, float32 (arg 0) or bfloat16 (arg 1). Two passes over the tensor,
+// counted as twice its bytes (memcpy's count is one read and one write of them, as each pass's).
+torch::Tensor perturbed_tensor(const benchmark::State& state) {
+  torch::Tensor t = random_floats(arg_bytes(state));
+  return state.range(1) == 0 ? t : t.view(torch::kBFloat16);
+}
+
+void BM_CoveragePerturb(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::Tensor t = perturbed_tensor(state);
+  const auto format = state.range(1) == 0 ? gc::perturb::Format::binary32 : gc::perturb::Format::bfloat16;
+  for (auto _ : state) {
+    gc::perturb::apply_forward(format, t.data_ptr(), t.numel());
+    gc::perturb::apply_backward(format, t.data_ptr(), t.numel());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * t.nbytes());
+}
+// 64 MiB and up (where the report's targets lie), float32 and bfloat16.
+void perturb_sizes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t mib = 64; mib <= std::max<std::int64_t>(64, max_mib()); mib *= 4) {
+    for (std::int64_t kind : {0, 1}) b->Args({mib, kind});
+  }
+}
+BENCHMARK(BM_CoveragePerturb)->Apply(perturb_sizes)->Unit(benchmark::kMicrosecond);
+
+// The same as before: a saved copy, x * 1.125 + 1/64 (bfloat16 through float32), the copy put back.
+void BM_CoveragePerturbCopied(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::NoGradGuard no_grad;
+  torch::Tensor t = perturbed_tensor(state);
+  for (auto _ : state) {
+    const torch::Tensor saved = t.clone();
+    if (t.scalar_type() == torch::kFloat32) {
+      t.mul_(1.125).add_(0.015625);
+    } else {
+      torch::Tensor wide = t.to(torch::kFloat32);
+      wide.mul_(1.125).add_(0.015625);
+      t.copy_(wide);
+    }
+    t.copy_(saved);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * t.nbytes());
+}
+BENCHMARK(BM_CoveragePerturbCopied)->Apply(perturb_sizes)->Unit(benchmark::kMicrosecond);
+
 // Synthesized checkpoint values (LifecycleModel::synthesize_checkpoint's default fill) against
 // one in-place normal_ from a seeded generator. The fill it replaced did more: randn, a scaling
 // pass and a conversion, so this baseline understates the gain.
@@ -198,7 +249,7 @@ torch::Tensor scan_subject(std::int64_t bytes, int kind, torch::Tensor& expected
 
 // The floor under a scan against an expected value: reading the two arrays and nothing else (an
 // OR of every 16 bytes of both), counted like the scan (one array's bytes). Each array is read as
-// the scans read (Note [Scans read four streams], byte_scan.cpp): four parts side by side, 1 KiB of
+// the scans read (Note [Scans read four streams], four_streams.h): four parts side by side, 1 KiB of
 // each in turn, eight streams of loads in flight. A scan that reads both arrays in full (uint8,
 // where any byte can hold the pattern) cannot pass this; where it is under 0.8x memcpy, so is
 // every such scan.

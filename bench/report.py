@@ -93,6 +93,10 @@ def main(results_dir, out_path):
             ("the same, the pattern in one element of the weight and its record: paired in logical order (no target)",
              f"BM_PoisonScanVsRecord/{mib}/2"),
             ("reading two arrays, the floor under the uint8 scan (no target)", f"BM_ReadTwo/{mib}"),
+            ("coverage perturbation, in place and back, float32", f"BM_CoveragePerturb/{mib}/0"),
+            ("coverage perturbation, in place and back, bfloat16", f"BM_CoveragePerturb/{mib}/1"),
+            ("the same, a saved copy put back, as before, float32 (no target)", f"BM_CoveragePerturbCopied/{mib}/0"),
+            ("the same, a saved copy put back, as before, bfloat16 (no target)", f"BM_CoveragePerturbCopied/{mib}/1"),
             ("synthesized checkpoint fill (no target)", f"BM_SynthFill/{mib}"),
             ("torch normal_ fill, the fill it replaced (no target)", f"BM_RandnFill/{mib}"),
         ]:

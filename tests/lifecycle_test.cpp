@@ -10,12 +10,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <random>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "byte_scan.h"
@@ -29,6 +34,8 @@
 #include "glob.h"
 #include "graphcheck/model.h"
 #include "graphcheck/mutation.h"
+#include "passes/passes.h"
+#include "perturb_bits.h"
 #include "synthetic_fill.h"
 
 namespace graphcheck {
@@ -723,6 +730,215 @@ TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   // Only the forward's own calls: linear's inner ops are not logged.
   EXPECT_EQ(op_log_of([&] { (void)torch::linear(x, w); }).ops, 1u);
   EXPECT_EQ(op_log_of([] {}).ops, 0u);
+}
+
+// ---- the coverage perturbation (Note [A perturbation undone exactly]) ----------------------------
+
+// A pattern's value in its format, as a double (exact for every format here).
+template <class L>
+double value_of(typename L::bits u) {
+  if constexpr (std::is_same_v<L, perturb::Binary16>) return static_cast<float>(c10::Half(u, c10::Half::from_bits()));
+  if constexpr (std::is_same_v<L, perturb::BFloat16>) return static_cast<float>(c10::BFloat16(u, c10::BFloat16::from_bits()));
+  if constexpr (std::is_same_v<L, perturb::Binary32>) return std::bit_cast<float>(u);
+  if constexpr (std::is_same_v<L, perturb::Binary64>) return std::bit_cast<double>(u);
+}
+
+// Every pattern of a 16-bit format; for the wider ones, every 2^16th pattern (the four
+// neighbours of each too) and the patterns of the cycle, their neighbours and the edges.
+template <class L>
+std::vector<typename L::bits> patterns_of() {
+  using B = typename L::bits;
+  std::vector<B> out;
+  if constexpr (sizeof(B) == 2) {
+    for (std::uint32_t u = 0; u <= 0xFFFF; ++u) out.push_back(static_cast<B>(u));
+  } else {
+    const int shift = 8 * static_cast<int>(sizeof(B)) - 16;
+    for (std::uint64_t hi = 0; hi <= 0xFFFF; ++hi) {
+      for (B low : {B{0}, B{1}, B{2}, B(~B{0} >> 16), B(B(~B{0} >> 16) - 1)}) out.push_back(B(B(hi) << shift) | low);
+    }
+    for (B sign : {B{0}, L::kSign}) {
+      for (B base : {B{0}, L::kSixtyFourth, L::kTop, B(L::kSixtyFourth | L::kTop), L::kExponent, B(L::kExponent | L::kTop),
+                     B(L::kExponent - 1), B{1}}) {
+        for (B near : {B(base - 1), base, B(base + 1)}) out.push_back(B(B(near & B(~L::kSign)) | sign));
+      }
+    }
+  }
+  return out;
+}
+
+template <class L>
+void expect_undone_and_moved(const char* format) {
+  using B = typename L::bits;
+  int failures = 0;
+  for (const B u : patterns_of<L>()) {
+    const B f = perturb::forward<L>(u);
+    const double x = value_of<L>(u), y = value_of<L>(f);
+    bool ok = perturb::backward<L>(f) == u;
+    if (!std::isfinite(x)) {
+      ok = ok && f == u;  // infinity and NaN stay, bit for bit
+    } else if (x == 0) {
+      ok = ok && std::fabs(y) == 1.0 / 64 && std::signbit(x) == std::signbit(y);
+    } else {
+      ok = ok && std::isfinite(y) && std::signbit(x) == std::signbit(y) && std::fabs(y - x) >= 0.25 * std::fabs(x);
+    }
+    if (!ok && ++failures <= 5) {
+      ADD_FAILURE() << format << ": pattern 0x" << std::hex << static_cast<std::uint64_t>(u) << " (" << x
+                    << ") -> 0x" << static_cast<std::uint64_t>(f) << " (" << y << ") -> 0x"
+                    << static_cast<std::uint64_t>(perturb::backward<L>(f));
+    }
+  }
+  EXPECT_EQ(failures, 0) << format;
+}
+
+TEST(PerturbBits, EveryFiniteValueMovesByAQuarterStaysFiniteAndComesBackBitForBit) {
+  expect_undone_and_moved<perturb::Binary16>("binary16");
+  expect_undone_and_moved<perturb::BFloat16>("bfloat16");
+  expect_undone_and_moved<perturb::Binary32>("binary32");
+  expect_undone_and_moved<perturb::Binary64>("binary64");
+  // Zero goes to 1/64, as it did under x * 1.125 + 1/64.
+  EXPECT_EQ(std::bit_cast<float>(perturb::forward<perturb::Binary32>(0u)), 1.0f / 64);
+  for (int x = 0; x < 256; ++x) {
+    const auto b = static_cast<std::uint8_t>(x);
+    EXPECT_EQ(perturb::backward_byte(perturb::forward_byte(b)), b) << x;
+    if (x == 255) {
+      EXPECT_EQ(perturb::forward_byte(b), 255) << "NaN in UE8M0 stays";
+    } else {
+      EXPECT_NE(perturb::forward_byte(b), b) << x;
+      EXPECT_NE(perturb::forward_byte(b), 255) << "no byte becomes UE8M0's NaN: " << x;
+    }
+  }
+}
+
+// The loops over arrays (four parts side by side from 256 KiB) give each element's pattern.
+TEST(PerturbBits, ArraysOfEveryLengthGiveEachElementsPattern) {
+  std::mt19937_64 rng(7);
+  for (const std::int64_t n : {0, 1, 7, 4099, 65536 + 3, 300001}) {
+    std::vector<std::uint16_t> half(n), bf(n);
+    std::vector<std::uint32_t> single(n);
+    std::vector<std::uint64_t> dbl(n);
+    std::vector<std::uint8_t> bytes(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      half[i] = bf[i] = static_cast<std::uint16_t>(rng());
+      single[i] = static_cast<std::uint32_t>(rng());
+      dbl[i] = rng();
+      bytes[i] = static_cast<std::uint8_t>(rng());
+    }
+    auto h = half, b = bf;
+    auto s = single;
+    auto d = dbl;
+    auto y = bytes;
+    perturb::apply_forward(perturb::Format::binary16, h.data(), n);
+    perturb::apply_forward(perturb::Format::bfloat16, b.data(), n);
+    perturb::apply_forward(perturb::Format::binary32, s.data(), n);
+    perturb::apply_forward(perturb::Format::binary64, d.data(), n);
+    perturb::apply_forward(perturb::Format::byte, y.data(), n);
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      wrong += h[i] != perturb::forward<perturb::Binary16>(half[i]);
+      wrong += b[i] != perturb::forward<perturb::BFloat16>(bf[i]);
+      wrong += s[i] != perturb::forward<perturb::Binary32>(single[i]);
+      wrong += d[i] != perturb::forward<perturb::Binary64>(dbl[i]);
+      wrong += y[i] != perturb::forward_byte(bytes[i]);
+    }
+    EXPECT_EQ(wrong, 0) << "forward, n " << n;
+    perturb::apply_backward(perturb::Format::binary16, h.data(), n);
+    perturb::apply_backward(perturb::Format::bfloat16, b.data(), n);
+    perturb::apply_backward(perturb::Format::binary32, s.data(), n);
+    perturb::apply_backward(perturb::Format::binary64, d.data(), n);
+    perturb::apply_backward(perturb::Format::byte, y.data(), n);
+    EXPECT_TRUE(h == half && b == bf && s == single && d == dbl && y == bytes) << "back, n " << n;
+  }
+}
+
+// The candidates of every kind the coverage pass meets: dense regions of each format (one of
+// them transposed and one past 256 KiB), fp8, a view with gaps, and two buffers beside a view of
+// some of their rows (one listed after the buffer, one before).
+std::vector<NamedTensor> coverage_candidates() {
+  torch::manual_seed(3);
+  std::vector<NamedTensor> live;
+  torch::Tensor edges = torch::randn({64});
+  const float specials[] = {0.0f, -0.0f, 1.0f / 64, -1.5f / 64, std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 1e-40f, 3.0e38f};
+  for (std::size_t i = 0; i < std::size(specials); ++i) edges[static_cast<std::int64_t>(i)] = specials[i];
+  live.push_back({"edges", edges});
+  live.push_back({"large", torch::randn({1 << 17})});
+  live.push_back({"bf16", torch::randn({3, 5}).to(torch::kBFloat16)});
+  live.push_back({"half_t", torch::randn({4, 6}).to(torch::kHalf).t()});
+  live.push_back({"f64", torch::randn({7}, torch::kFloat64)});
+  live.push_back({"bytes", torch::arange(0, 256, torch::kInt32).to(torch::kUInt8)});
+  // Positive: x * 1.125 + 1/64 has a fixed point at -1/8, and fp8's rounding widens it.
+  live.push_back({"fp8", (torch::rand({16}) * 4 + 0.5).to(c10::ScalarType::Float8_e4m3fn)});
+  live.push_back({"columns", torch::randn({6, 8}).slice(1, 0, 8, 2)});
+  torch::Tensor fused = torch::randn({10, 8});
+  live.push_back({"fused", fused});
+  live.push_back({"fused_rows", fused.slice(0, 2, 6)});
+  torch::Tensor stacked = torch::randn({4, 8}).to(torch::kBFloat16);  // the view listed first
+  live.push_back({"stacked_rows", stacked.slice(0, 1, 3)});
+  live.push_back({"stacked", stacked});
+  live.push_back({"ints", torch::arange(5)});  // not perturbable: left alone
+  return live;
+}
+
+torch::Tensor bits_of(const torch::Tensor& t) { return t.contiguous().view({-1}).view(torch::kUInt8).clone(); }
+
+TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes) {
+  torch::NoGradGuard no_grad;
+  std::vector<NamedTensor> live = coverage_candidates();
+  std::vector<torch::Tensor> before;
+  for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
+  GraphView graph;
+  CompareEvent compare;
+  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
+  CoverageEvent out;
+  std::map<std::string, std::int64_t> unmoved;
+  auto& counter = CountingCpuAllocator::instance();
+  counter.install();
+  const std::int64_t base = counter.live_bytes();
+  counter.reset_peak();
+  passes::measure_coverage(graph, live, compare, [&] {
+    UncountedScope uncounted;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const torch::Tensor now = live[i].tensor.contiguous().to(torch::kFloat64);
+      const torch::Tensor was = before[i].to(torch::kFloat64);
+      // NaN and infinity stay by design, and so does the byte 255 (UE8M0's NaN).
+      const torch::Tensor stays = before[i].scalar_type() == torch::kUInt8 ? was == 255 : ~was.isfinite();
+      unmoved[live[i].name] = ((now == was) & ~stays).sum().item<std::int64_t>();
+    }
+    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
+  }, out);
+  const std::int64_t peak = counter.peak_bytes() - base;
+  counter.uninstall();
+  EXPECT_EQ(out.method, "group bisection");
+  EXPECT_EQ(out.replays, 1);
+  EXPECT_EQ(out.tensors, 12);  // every floating and byte tensor, the int64 one left out
+  for (const auto& [name, n] : unmoved) {
+    if (name == "ints") EXPECT_GT(n, 0);
+    else EXPECT_EQ(n, 0) << name << ": finite elements the perturbation did not move";
+  }
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    EXPECT_TRUE(torch::equal(bits_of(live[i].tensor), bits_of(before[i]))) << live[i].name << " not put back bit for bit";
+  }
+  // The copied ones are fp8, the view with gaps and the two pairs: 2.6 KiB in all; "large" alone
+  // is 512 KiB.
+  EXPECT_LT(peak, 64 * 1024) << "the dense tensors were copied";
+}
+
+TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
+  torch::NoGradGuard no_grad;
+  std::vector<NamedTensor> live = coverage_candidates();
+  std::vector<torch::Tensor> before;
+  for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
+  GraphView graph;
+  CompareEvent compare;
+  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
+  CoverageEvent out;
+  EXPECT_THROW(passes::measure_coverage(
+                   graph, live, compare,
+                   []() -> std::pair<TensorList, TensorList> { throw std::runtime_error("forward failed"); }, out),
+               std::runtime_error);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    EXPECT_TRUE(torch::equal(bits_of(live[i].tensor), bits_of(before[i]))) << live[i].name;
+  }
 }
 
 }  // namespace

@@ -6,38 +6,10 @@
 #include <immintrin.h>
 #endif
 
+#include "four_streams.h"
+
 namespace graphcheck::scan {
 namespace {
-
-// Note [Scans read four streams]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// One core reading one sequential stream keeps too few cache lines in flight to reach memcpy's
-// speed here: the scan without an expected value read at 0.69x memcpy (256 MiB), and prefetching
-// 32 KiB ahead of it reached 0.78-0.88x. glibc's memcpy of a large block copies four pages side
-// by side. A count does not depend on the order it reads in, so the scans of kInterleaveFrom
-// bytes and more split their range into four parts and read them side by side, 256 bytes to
-// 1 KiB of each in turn, with no software prefetch (prefetching each part as well read slower):
-// bench/harness_bench, alternated with the prefetching scan in one sitting, 256 MiB and 1 GiB,
-// no expected value: 0.72-0.88x memcpy -> 1.15-1.3x; against an expected value, float32 and
-// bfloat16: 0.90-0.98x -> 1.1-1.2x.
-constexpr std::int64_t kStreams = 4;
-constexpr std::int64_t kInterleaveFrom = std::int64_t{1} << 18;
-
-// Calls count(from, to) over [0, n) and sums what it returns: in order below kInterleaveFrom
-// bytes, in pieces of chunk_bytes of four parts side by side from there (Note [Scans read four
-// streams]).
-template <class Count>
-std::int64_t count_streams(std::int64_t n, std::int64_t element_size, std::int64_t chunk_bytes, Count&& count) {
-  if (n * element_size < kInterleaveFrom) return count(std::int64_t{0}, n);
-  const std::int64_t part = n / kStreams;
-  const std::int64_t chunk = std::max<std::int64_t>(1, chunk_bytes / element_size);
-  std::int64_t total = 0;
-  for (std::int64_t off = 0; off < part; off += chunk) {
-    const std::int64_t len = std::min(chunk, part - off);
-    for (std::int64_t s = 0; s < kStreams; ++s) total += count(s * part + off, s * part + off + len);
-  }
-  return total + count(kStreams * part, n);
-}
 
 template <class U>
 U pattern_of(std::uint8_t byte) {
@@ -51,7 +23,7 @@ U pattern_of(std::uint8_t byte) {
 template <class U>
 std::int64_t count_typed(const U* a, std::int64_t n, U p) {
   constexpr std::int64_t kRun = sizeof(U) == 1 ? 255 : 1024;
-  return count_streams(n, sizeof(U), sizeof(U) == 1 ? 4 * kRun : 256, [&](std::int64_t from, std::int64_t to) {
+  return streams::over_four_streams(n, sizeof(U), sizeof(U) == 1 ? 4 * kRun : 256, [&](std::int64_t from, std::int64_t to) {
     std::int64_t total = 0;
     for (std::int64_t run = from; run < to; run += kRun) {
       const std::int64_t end = std::min(to, run + kRun);
@@ -70,7 +42,7 @@ std::int64_t count_typed(const U* a, std::int64_t n, U p) {
 template <class U>
 std::int64_t count_typed(const U* a, const U* e, std::int64_t n, U p) {
   constexpr std::int64_t kRun = 256 / static_cast<std::int64_t>(sizeof(U));
-  return count_streams(n, sizeof(U), 256, [&](std::int64_t from, std::int64_t to) {
+  return streams::over_four_streams(n, sizeof(U), 256, [&](std::int64_t from, std::int64_t to) {
     std::int64_t total = 0;
     std::int64_t at = from;
     for (; at + kRun <= to; at += kRun) {
@@ -175,7 +147,7 @@ inline std::int64_t count_typed(const std::uint8_t* a, const std::uint8_t* e, st
     return total;
   };
 #endif
-  return count_streams(n, 1, 1024, [&](std::int64_t from, std::int64_t to) {
+  return streams::over_four_streams(n, 1, 1024, [&](std::int64_t from, std::int64_t to) {
     const std::int64_t whole = from + (to - from) / kLanes * kLanes;
     std::int64_t total = lines(a, e, from, whole, p);
     for (std::int64_t i = whole; i < to; ++i) total += (a[i] == p) & (e[i] != p);

@@ -27,7 +27,7 @@ namespace {
 // Note [Hashing four streams]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // One core reading one stream keeps too few lines in flight to reach memcpy's speed (Note [Scans
-// read four streams], byte_scan.cpp), and XXH3 reads its input in order. But each 1 KiB block
+// read four streams], four_streams.h), and XXH3 reads its input in order. But each 1 KiB block
 // only adds terms to XXH3's lanes before the block's scramble (Note [Column-major fingerprints],
 // xxh3_columns.cpp), so a block's sum can be formed apart from the lanes. The input is hashed a
 // window of up to 4 x kSpan blocks at a time: the window's four quarters are read side by side,

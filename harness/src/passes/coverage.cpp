@@ -6,13 +6,22 @@
 // clean graph, O(k log n) for k uncovered tensors among n. When replay already differs from eager
 // (a stale read the differential reports), each tensor is tried alone, at most kMaxSingles of
 // them, those the graph reads first.
+//
+// Memory: the float and byte tensors that are one dense region of their own on the host are
+// perturbed in place by a bijection of their bit patterns and put back by its inverse (Note [A
+// perturbation undone exactly], perturb_bits.h); only the others are copied before they are
+// perturbed (fp8, views with gaps, views that share bytes with another candidate, tensors on a
+// device).
 
 #include <torch/types.h>
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "output_diff.h"
 #include "passes/passes.h"
+#include "perturb_bits.h"
 
 namespace graphcheck::passes {
 namespace {
@@ -24,9 +33,23 @@ bool perturbable(const torch::Tensor& t) {
          (c10::isFloatingType(t.scalar_type()) || t.scalar_type() == torch::kUInt8);
 }
 
-// Moves every element: x * 1.125 + 1/64 for floats; bytes xor 1 (never becoming 0xFF, NaN in
-// UE8M0) for uint8.
-void perturb(torch::Tensor& t) {
+// The bit-pattern bijection that perturbs `t` in place, where `t` can take one: one dense region
+// on the host, in a format perturb_bits.h knows.
+std::optional<perturb::Format> in_place_format(const torch::Tensor& t) {
+  if (!t.device().is_cpu() || t.is_conj() || t.is_neg() || !t.is_non_overlapping_and_dense()) return std::nullopt;
+  switch (t.scalar_type()) {
+    case torch::kHalf: return perturb::Format::binary16;
+    case torch::kBFloat16: return perturb::Format::bfloat16;
+    case torch::kFloat32: return perturb::Format::binary32;
+    case torch::kFloat64: return perturb::Format::binary64;
+    case torch::kUInt8: return perturb::Format::byte;
+    default: return std::nullopt;
+  }
+}
+
+// The perturbation of a tensor that is copied first: x * 1.125 + 1/64 for floats; bytes xor 1
+// (never becoming 0xFF, NaN in UE8M0) for uint8.
+void perturb_copied(torch::Tensor& t) {
   torch::NoGradGuard no_grad;
   if (t.scalar_type() == torch::kUInt8) {
     torch::Tensor flipped = t.bitwise_xor(1);
@@ -41,13 +64,85 @@ void perturb(torch::Tensor& t) {
 }
 
 
-void restore(const std::vector<const NamedTensor*>& group, const std::vector<torch::Tensor>& saved) {
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    torch::Tensor live = group[i]->tensor;
-    live.copy_(saved[i]);
+// A candidate, and the bijection that perturbs it in place (none: it is copied first).
+struct Candidate {
+  NamedTensor tensor;
+  std::optional<perturb::Format> in_place;
+};
+
+// The bytes a view spans, from its first element to the end of its last.
+std::pair<std::uintptr_t, std::uintptr_t> span_of(const torch::Tensor& t) {
+  std::int64_t last = 0;
+  for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto first = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  return {first, first + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(t.element_size()))};
+}
+
+// A bijection applied twice to bytes two candidates share undoes itself, so a candidate perturbs
+// in place only where its bytes are its own.
+void choose_in_place(std::vector<Candidate>& candidates) {
+  std::vector<std::pair<std::pair<std::uintptr_t, std::uintptr_t>, std::size_t>> spans;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    candidates[i].in_place = in_place_format(candidates[i].tensor.tensor);
+    spans.push_back({span_of(candidates[i].tensor.tensor), i});
+  }
+  std::sort(spans.begin(), spans.end());
+  std::uintptr_t reach = 0;  // the furthest end of the spans before
+  std::size_t reacher = 0;   // the candidate that reaches it
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const auto [span, i] = spans[k];
+    if (k > 0 && span.first < reach) {
+      candidates[i].in_place.reset();
+      candidates[reacher].in_place.reset();
+    }
+    if (k == 0 || span.second > reach) {
+      reach = span.second;
+      reacher = i;
+    }
   }
 }
+
+// Perturbs a group in place and puts it back exactly, even when the model throws in between.
+class PerturbedGroup {
+ public:
+  explicit PerturbedGroup(const std::vector<const Candidate*>& group) : m_group(group) {
+    torch::NoGradGuard no_grad;
+    for (const Candidate* c : m_group) {
+      if (!c->in_place) m_saved.push_back(c->tensor.tensor.clone());
+    }
+    try {
+      for (const Candidate* c : m_group) {
+        torch::Tensor live = c->tensor.tensor;
+        if (c->in_place) perturb::apply_forward(*c->in_place, live.data_ptr(), live.numel());
+        else perturb_copied(live);
+        ++m_perturbed;
+      }
+    } catch (...) {
+      restore();
+      throw;
+    }
+  }
+  PerturbedGroup(const PerturbedGroup&) = delete;
+  PerturbedGroup& operator=(const PerturbedGroup&) = delete;
+  ~PerturbedGroup() { restore(); }
+
+ private:
+  void restore() {
+    torch::NoGradGuard no_grad;
+    std::size_t saved = 0;
+    for (std::size_t i = 0; i < m_perturbed; ++i) {
+      const Candidate* c = m_group[i];
+      torch::Tensor live = c->tensor.tensor;
+      if (c->in_place) perturb::apply_backward(*c->in_place, live.data_ptr(), live.numel());
+      else live.copy_(m_saved[saved++]);
+    }
+    m_perturbed = 0;
+  }
+
+  const std::vector<const Candidate*>& m_group;
+  std::vector<torch::Tensor> m_saved;  // the originals of the copied ones, in group order
+  std::size_t m_perturbed = 0;         // how many of the group, from its start, are perturbed
+};
 
 class Perturbation {
  public:
@@ -57,18 +152,19 @@ class Perturbation {
 
   [[nodiscard]] bool baseline_agrees() const { return m_baseline_agrees; }
 
-  void classify(const NamedTensor& t) {
-    const auto [replayed, eager] = perturbed_outputs({&t});
+  void classify(const Candidate& c) {
+    const auto [replayed, eager] = perturbed_outputs({&c});
     const double tol = m_compare.tolerance;
     const bool replay_moved = !outputs_agree(replayed, m_compare.replay_outputs, tol);
     const bool eager_moved = !outputs_agree(eager, m_compare.eager_outputs, tol);
-    if (eager_moved && !replay_moved) m_out.uncovered.push_back(t.name);
-    else if (replay_moved && !eager_moved) m_out.replay_only.push_back(t.name);
-    else if (replay_moved && eager_moved && m_baseline_agrees && !outputs_agree(replayed, eager, tol)) m_out.partial.push_back(t.name);
+    const std::string& name = c.tensor.name;
+    if (eager_moved && !replay_moved) m_out.uncovered.push_back(name);
+    else if (replay_moved && !eager_moved) m_out.replay_only.push_back(name);
+    else if (replay_moved && eager_moved && m_baseline_agrees && !outputs_agree(replayed, eager, tol)) m_out.partial.push_back(name);
   }
 
   // A group is covered when replay = eager with all of it perturbed; else split it.
-  void bisect(const std::vector<const NamedTensor*>& group) {
+  void bisect(const std::vector<const Candidate*>& group) {
     if (group.empty()) return;
     if (group.size() == 1) {
       classify(*group.front());
@@ -77,29 +173,16 @@ class Perturbation {
     const auto [replayed, eager] = perturbed_outputs(group);
     if (outputs_agree(replayed, eager, m_compare.tolerance)) return;
     const std::size_t half = group.size() / 2;
-    bisect(std::vector<const NamedTensor*>(group.begin(), group.begin() + half));
-    bisect(std::vector<const NamedTensor*>(group.begin() + half, group.end()));
+    bisect(std::vector<const Candidate*>(group.begin(), group.begin() + half));
+    bisect(std::vector<const Candidate*>(group.begin() + half, group.end()));
   }
 
  private:
   // Perturbs the tensors, replays and runs eager on the compare's inputs, restores them.
-  std::pair<TensorList, TensorList> perturbed_outputs(const std::vector<const NamedTensor*>& group) {
-    std::vector<torch::Tensor> saved;
-    for (const NamedTensor* t : group) saved.push_back(t->tensor.clone());
-    for (const NamedTensor* t : group) {
-      torch::Tensor live = t->tensor;
-      perturb(live);
-    }
-    std::pair<TensorList, TensorList> outputs;
-    try {
-      ++m_out.replays;
-      outputs = m_run();
-    } catch (...) {
-      restore(group, saved);
-      throw;
-    }
-    restore(group, saved);
-    return outputs;
+  std::pair<TensorList, TensorList> perturbed_outputs(const std::vector<const Candidate*>& group) {
+    PerturbedGroup perturbed(group);
+    ++m_out.replays;
+    return m_run();
   }
 
   const CompareEvent& m_compare;
@@ -115,24 +198,25 @@ void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, con
   // Candidates: the live tensors (each storage region once), the ones the graph reads first.
   std::set<std::string> read;
   for (const auto& r : graph.reads) read.insert(r.name);
-  std::vector<NamedTensor> candidates;
+  std::vector<Candidate> candidates;
   std::set<std::pair<const void*, std::size_t>> seen;
   for (int round = 0; round < 2; ++round) {
     for (auto& t : live) {
       if (!t.tensor.defined()) continue;  // moved into candidates in the first round
       if ((read.count(t.name) > 0) != (round == 0) || !perturbable(t.tensor)) continue;
       if (!seen.insert({t.tensor.data_ptr(), t.tensor.nbytes()}).second) continue;
-      candidates.push_back(std::move(t));
+      candidates.push_back({std::move(t), std::nullopt});
     }
   }
+  choose_in_place(candidates);
   out.graph = &graph;
   out.replays = 0;
   out.tensors = static_cast<std::int64_t>(candidates.size());
   Perturbation p(compare, replay_and_eager, out);
   if (p.baseline_agrees()) {
     out.method = "group bisection";
-    std::vector<const NamedTensor*> all;
-    for (const auto& t : candidates) all.push_back(&t);
+    std::vector<const Candidate*> all;
+    for (const auto& c : candidates) all.push_back(&c);
     p.bisect(all);
   } else {
     out.method = "one tensor at a time (replay already differs from eager)";
