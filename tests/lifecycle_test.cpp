@@ -850,6 +850,65 @@ TEST(PerturbBits, ArraysOfEveryLengthGiveEachElementsPattern) {
   }
 }
 
+// libtorch's ops (the device's path, run here on the host) give the loops' patterns, in pieces of
+// any size, over every pattern of the 16-bit formats and bytes and the samples of the wider ones,
+// and through a transposed view.
+template <class L>
+void expect_ops_give_the_loops_patterns(perturb::Format format, torch::ScalarType dtype) {
+  using B = typename L::bits;
+  std::vector<B> patterns = patterns_of<L>();
+  patterns.resize(patterns.size() / 6 * 6);  // rows of 6, for the transposed view
+  const auto n = static_cast<std::int64_t>(patterns.size());
+  torch::Tensor flat = torch::empty({n}, torch::TensorOptions().dtype(dtype));
+  std::memcpy(flat.data_ptr(), patterns.data(), patterns.size() * sizeof(B));
+  std::vector<B> expected = patterns;
+  perturb::apply_forward(format, expected.data(), n);
+  for (const std::int64_t piece : {std::int64_t{4099}, std::int64_t{64} << 20}) {
+    for (const bool transposed : {false, true}) {
+      torch::Tensor t = flat.clone();
+      torch::Tensor view = transposed ? t.view({6, n / 6}).t() : t;
+      passes::detail::perturb_by_ops(view, format, true, piece);
+      EXPECT_EQ(std::memcmp(t.data_ptr(), expected.data(), patterns.size() * sizeof(B)), 0)
+          << c10::toString(dtype) << ", pieces of " << piece << " bytes" << (transposed ? ", transposed" : "");
+      passes::detail::perturb_by_ops(view, format, false, piece);
+      EXPECT_EQ(std::memcmp(t.data_ptr(), patterns.data(), patterns.size() * sizeof(B)), 0)
+          << c10::toString(dtype) << " not back, pieces of " << piece;
+    }
+  }
+}
+
+TEST(PerturbBits, LibtorchsOpsInPiecesGiveTheLoopsPatterns) {
+  expect_ops_give_the_loops_patterns<perturb::Binary16>(perturb::Format::binary16, torch::kHalf);
+  expect_ops_give_the_loops_patterns<perturb::BFloat16>(perturb::Format::bfloat16, torch::kBFloat16);
+  expect_ops_give_the_loops_patterns<perturb::Binary32>(perturb::Format::binary32, torch::kFloat32);
+  expect_ops_give_the_loops_patterns<perturb::Binary64>(perturb::Format::binary64, torch::kFloat64);
+  // The temporaries of a piece: what a device holds beside the model while the test runs.
+  for (const auto dtype : {torch::kHalf, torch::kFloat32, torch::kFloat64, torch::kUInt8}) {
+    torch::Tensor large = torch::zeros({1 << 20}, dtype);
+    const std::int64_t piece = 64 * 1024;
+    auto& counter = CountingCpuAllocator::instance();
+    counter.install();
+    const std::int64_t base = counter.live_bytes();
+    counter.reset_peak();
+    passes::detail::perturb_by_ops(large, dtype == torch::kUInt8 ? perturb::Format::byte
+                                          : dtype == torch::kHalf ? perturb::Format::binary16
+                                          : dtype == torch::kFloat32 ? perturb::Format::binary32
+                                                                     : perturb::Format::binary64,
+                                   true, piece);
+    const std::int64_t peak = counter.peak_bytes() - base;
+    counter.uninstall();
+    EXPECT_LE(peak, 5 * piece) << c10::toString(dtype) << ": " << peak << " bytes of temporaries for pieces of " << piece;
+  }
+  torch::Tensor bytes = torch::arange(0, 256, torch::kInt32).to(torch::kUInt8);
+  torch::Tensor t = bytes.clone();
+  passes::detail::perturb_by_ops(t, perturb::Format::byte, true, 7);
+  std::int64_t wrong = 0;
+  for (int x = 0; x < 256; ++x) wrong += t[x].item<int>() != perturb::forward_byte(static_cast<std::uint8_t>(x));
+  EXPECT_EQ(wrong, 0);
+  passes::detail::perturb_by_ops(t, perturb::Format::byte, false, 7);
+  EXPECT_TRUE(torch::equal(t, bytes));
+}
+
 // The candidates of every kind the coverage pass meets: dense regions of each format (one of
 // them transposed and one past 256 KiB), fp8, a view with gaps, and two buffers beside a view of
 // some of their rows (one listed after the buffer, one before).

@@ -28,10 +28,10 @@ namespace graphcheck::perturb {
 //    A subnormal moves by at least half of itself.
 //  - bytes (uint8: packed fp4 pairs, UE8M0 scales): x -> x + 1, 254 -> 0, 255 stays (NaN in
 //    UE8M0, so that no byte becomes 255; in packed fp4 a pair of -6s, a byte in 256 that stays).
-// The coverage pass (passes/coverage.cpp) copies the others first and perturbs them by
-// x * 1.125 + 1/64 as before: fp8, views that are not one dense region, views that share bytes
-// with another tensor it perturbs (a bijection applied twice to a byte can undo itself), and
-// tensors on a device.
+// On a device the coverage pass (passes/coverage.cpp) applies the same bijection by libtorch's
+// ops, 16 MiB at a time (passes::detail::perturb_by_ops; at most 72 MiB of temporaries). It copies the others first and perturbs
+// them by x * 1.125 + 1/64 as before: fp8, views that are not one dense region, and views that
+// share bytes with another tensor it perturbs (a bijection applied twice to a byte can undo itself).
 
 enum class Format : std::uint8_t { binary16, bfloat16, binary32, binary64, byte };
 

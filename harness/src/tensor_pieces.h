@@ -11,6 +11,13 @@
 
 namespace graphcheck {
 
+// The pieces the harness's own work on a device takes a tensor in: a view that is not contiguous
+// fingerprinted, a scan's expected value that is not on the device in the tensor's layout copied
+// (Note [Device fingerprints in pieces], Note [Device scans in pieces]), and a quarter of it the
+// coverage perturbation's pieces (passes/coverage.cpp): device memory for a piece, or a few,
+// instead of a copy of the whole.
+constexpr std::int64_t kDevicePieceBytes = std::int64_t{64} << 20;
+
 // Note [Pieces in logical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A view that is not contiguous (a transposed weight, a column slice, an expanded view) is read

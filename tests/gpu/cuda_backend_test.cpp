@@ -23,6 +23,8 @@
 #include "graphcheck/engine/session.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/engine/scenario.h"
+#include "passes/passes.h"
+#include "perturb_bits.h"
 #include "poison.h"
 #include "quant_ops.h"
 
@@ -193,6 +195,51 @@ TEST_F(HarnessKernelsOnCuda, FingerprintInPiecesIsTheContiguousCopys) {
   changed[5][9][13] = 1e6;
   EXPECT_NE(cuda_ops::detail::fingerprint_in_pieces(changed.transpose(1, 2), 40),
             cuda_ops::fingerprint(f.transpose(1, 2).contiguous()));
+}
+
+// Note [A perturbation undone exactly], on a device: the coverage pass perturbs dense device
+// tensors in place by libtorch's ops in pieces, with the host loops' patterns, and puts every bit
+// back; a view with gaps is copied first, as on the host.
+TEST_F(HarnessKernelsOnCuda, CoveragePerturbsDeviceTensorsInPlaceAndPutsEveryBitBack) {
+  torch::manual_seed(4);
+  std::vector<NamedTensor> live = {
+      {"f32", torch::randn({300, 7}).cuda()},
+      {"bf16_t", torch::randn({9, 40}).to(torch::kBFloat16).cuda().t()},
+      {"f16", torch::randn({77}).to(torch::kFloat16).cuda()},
+      {"f64", torch::randn({5}, torch::kFloat64).cuda()},
+      {"bytes", torch::arange(0, 256, torch::kInt32).to(torch::kUInt8).cuda()},
+      {"columns", torch::randn({6, 8}).cuda().slice(1, 0, 8, 2)},
+  };
+  std::vector<torch::Tensor> before;
+  for (const auto& t : live) before.push_back(t.tensor.contiguous().cpu());
+  const auto bits = [](const torch::Tensor& t) { return t.contiguous().cpu().view({-1}).view(torch::kUInt8); };
+  CompareEvent compare;
+  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
+  CoverageEvent out;
+  GraphView graph;
+  passes::measure_coverage(graph, live, compare, [&] {
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const torch::Tensor now = live[i].tensor.contiguous().cpu();
+      if (live[i].name != "columns") {
+        // The host loops' patterns of the value before.
+        torch::Tensor expected = before[i].clone();
+        const auto format = live[i].name == "f32" ? perturb::Format::binary32
+                            : live[i].name == "bf16_t" ? perturb::Format::bfloat16
+                            : live[i].name == "f16" ? perturb::Format::binary16
+                            : live[i].name == "f64" ? perturb::Format::binary64
+                                                    : perturb::Format::byte;
+        perturb::apply_forward(format, expected.data_ptr(), expected.numel());
+        EXPECT_TRUE(torch::equal(bits(now), bits(expected))) << live[i].name;
+      } else {
+        EXPECT_FALSE(torch::equal(now, before[i])) << "the copied view was not perturbed";
+      }
+    }
+    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
+  }, out);
+  EXPECT_EQ(out.replays, 1);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    EXPECT_TRUE(torch::equal(bits(live[i].tensor), bits(before[i]))) << live[i].name << " not put back bit for bit";
+  }
 }
 
 // ---- every scenario on the cuda backend ----------------------------------------------------

@@ -14,11 +14,6 @@
 namespace graphcheck::cuda_ops {
 namespace {
 
-// The pieces a view that is not contiguous is fingerprinted in, and a scan's expected value that
-// is not on the device in the tensor's layout is copied in (Note [Device fingerprints in pieces],
-// Note [Device scans in pieces]): device memory for one, instead of a copy of the whole.
-constexpr std::int64_t kDevicePieceBytes = std::int64_t{64} << 20;
-
 void check(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "graphcheck: ", what,
               " kernel failed: ", cudaGetErrorString(err));

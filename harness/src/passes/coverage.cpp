@@ -9,9 +9,9 @@
 //
 // Memory: the float and byte tensors that are one dense region of their own on the host are
 // perturbed in place by a bijection of their bit patterns and put back by its inverse (Note [A
-// perturbation undone exactly], perturb_bits.h); only the others are copied before they are
-// perturbed (fp8, views with gaps, views that share bytes with another candidate, tensors on a
-// device).
+// perturbation undone exactly], perturb_bits.h; on a device by libtorch's ops, 16 MiB at a time);
+// only the others are copied before they are perturbed (fp8, views with gaps, views that share
+// bytes with another candidate).
 
 #include <torch/types.h>
 
@@ -22,6 +22,7 @@
 #include "output_diff.h"
 #include "passes/passes.h"
 #include "perturb_bits.h"
+#include "tensor_pieces.h"
 
 namespace graphcheck::passes {
 namespace {
@@ -33,10 +34,10 @@ bool perturbable(const torch::Tensor& t) {
          (c10::isFloatingType(t.scalar_type()) || t.scalar_type() == torch::kUInt8);
 }
 
-// The bit-pattern bijection that perturbs `t` in place, where `t` can take one: one dense region
-// on the host, in a format perturb_bits.h knows.
+// The bit-pattern bijection that perturbs `t` in place, where `t` can take one: one dense region,
+// in a format perturb_bits.h knows.
 std::optional<perturb::Format> in_place_format(const torch::Tensor& t) {
-  if (!t.device().is_cpu() || t.is_conj() || t.is_neg() || !t.is_non_overlapping_and_dense()) return std::nullopt;
+  if (t.is_conj() || t.is_neg() || !t.is_non_overlapping_and_dense()) return std::nullopt;
   switch (t.scalar_type()) {
     case torch::kHalf: return perturb::Format::binary16;
     case torch::kBFloat16: return perturb::Format::bfloat16;
@@ -64,42 +65,113 @@ void perturb_copied(torch::Tensor& t) {
 }
 
 
+// The integer dtype of a format's patterns (a view of the tensor's bytes).
+torch::ScalarType bits_dtype(perturb::Format format) {
+  switch (format) {
+    case perturb::Format::binary16:
+    case perturb::Format::bfloat16: return torch::kInt16;
+    case perturb::Format::binary32: return torch::kInt32;
+    case perturb::Format::binary64: return torch::kInt64;
+    case perturb::Format::byte: break;
+  }
+  return torch::kUInt8;
+}
+
+template <class L>
+void flip_by_ops(torch::Tensor& v, bool forward) {
+  // The constants lie below the sign bit, so the signed view holds them as they are.
+  const auto as_value = [](typename L::bits b) { return static_cast<std::int64_t>(b); };
+  torch::Tensor rest = v.bitwise_and(as_value(typename L::bits(~(L::kSign | L::kTop))));
+  const torch::Tensor zero = rest.eq(0), sixty_fourth = rest.eq(as_value(L::kSixtyFourth));
+  rest = torch::Tensor();
+  const torch::Tensor special = v.bitwise_and(as_value(L::kExponent)).eq(as_value(L::kExponent));
+  torch::Tensor flips = zero.logical_or(sixty_fourth).to(v.scalar_type()).mul_(as_value(L::kSixtyFourth));
+  flips.bitwise_or_((forward ? zero : sixty_fourth).logical_or(special).logical_not().to(v.scalar_type()).mul_(as_value(L::kTop)));
+  v.bitwise_xor_(flips);
+}
+
+}  // namespace
+
+// The bijection of perturb_bits.h in libtorch's ops, for a tensor that is one dense region on a
+// device (the loops there read host memory): a piece of at most `piece_bytes` at a time, so that
+// its temporaries stay bounded whatever the tensor's size (at most 4.5 pieces' bytes, float16's
+// masks of a byte per element; bytes 2).
+void detail::perturb_by_ops(const torch::Tensor& t, perturb::Format format, bool forward, std::int64_t piece_bytes) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor bits = t.as_strided({t.numel()}, {1}).view(bits_dtype(format));
+  const std::int64_t step = std::max<std::int64_t>(1, piece_bytes / static_cast<std::int64_t>(bits.element_size()));
+  for (std::int64_t at = 0; at < bits.numel(); at += step) {
+    torch::Tensor v = bits.narrow(0, at, std::min(step, bits.numel() - at));
+    switch (format) {
+      case perturb::Format::binary16: flip_by_ops<perturb::Binary16>(v, forward); break;
+      case perturb::Format::bfloat16: flip_by_ops<perturb::BFloat16>(v, forward); break;
+      case perturb::Format::binary32: flip_by_ops<perturb::Binary32>(v, forward); break;
+      case perturb::Format::binary64: flip_by_ops<perturb::Binary64>(v, forward); break;
+      case perturb::Format::byte: {
+        // x + 1 and 254 -> 0 forward, x - 1 and 0 -> 254 back; 255 stays (uint8 wraps).
+        torch::Tensor next = forward ? v.add(1) : v.sub(1);
+        next.masked_fill_(v.eq(forward ? 254 : 0), forward ? 0 : 254);
+        next.masked_fill_(v.eq(255), 255);
+        v.copy_(next);
+        break;
+      }
+    }
+  }
+}
+
+namespace {
+
 // A candidate, and the bijection that perturbs it in place (none: it is copied first).
 struct Candidate {
   NamedTensor tensor;
   std::optional<perturb::Format> in_place;
 };
 
-// The bytes a view spans, from its first element to the end of its last.
-std::pair<std::uintptr_t, std::uintptr_t> span_of(const torch::Tensor& t) {
+// The bytes a view spans on its device, from its first element to the end of its last.
+struct Span {
+  std::string device;
+  std::uintptr_t first = 0, end = 0;
+  auto operator<=>(const Span&) const = default;
+};
+
+Span span_of(const torch::Tensor& t) {
   std::int64_t last = 0;
   for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   const auto first = reinterpret_cast<std::uintptr_t>(t.data_ptr());
-  return {first, first + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(t.element_size()))};
+  return {t.device().str(), first, first + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(t.element_size()))};
 }
 
 // A bijection applied twice to bytes two candidates share undoes itself, so a candidate perturbs
 // in place only where its bytes are its own.
 void choose_in_place(std::vector<Candidate>& candidates) {
-  std::vector<std::pair<std::pair<std::uintptr_t, std::uintptr_t>, std::size_t>> spans;
+  std::vector<std::pair<Span, std::size_t>> spans;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     candidates[i].in_place = in_place_format(candidates[i].tensor.tensor);
     spans.push_back({span_of(candidates[i].tensor.tensor), i});
   }
   std::sort(spans.begin(), spans.end());
-  std::uintptr_t reach = 0;  // the furthest end of the spans before
+  std::uintptr_t reach = 0;  // the furthest end of the spans before on the same device
   std::size_t reacher = 0;   // the candidate that reaches it
   for (std::size_t k = 0; k < spans.size(); ++k) {
-    const auto [span, i] = spans[k];
-    if (k > 0 && span.first < reach) {
+    const auto& [span, i] = spans[k];
+    const bool same_device = k > 0 && spans[k - 1].first.device == span.device;
+    if (same_device && span.first < reach) {
       candidates[i].in_place.reset();
       candidates[reacher].in_place.reset();
     }
-    if (k == 0 || span.second > reach) {
-      reach = span.second;
+    if (!same_device || span.end > reach) {
+      reach = span.end;
       reacher = i;
     }
   }
+}
+
+// The bijection, or its inverse, on a dense tensor: the loops on the host, libtorch's ops in
+// pieces on a device.
+void apply(perturb::Format format, const torch::Tensor& t, bool forward) {
+  if (!t.device().is_cpu()) return detail::perturb_by_ops(t, format, forward, kDevicePieceBytes / 4);
+  if (forward) perturb::apply_forward(format, t.data_ptr(), t.numel());
+  else perturb::apply_backward(format, t.data_ptr(), t.numel());
 }
 
 // Perturbs a group in place and puts it back exactly, even when the model throws in between.
@@ -113,7 +185,7 @@ class PerturbedGroup {
     try {
       for (const Candidate* c : m_group) {
         torch::Tensor live = c->tensor.tensor;
-        if (c->in_place) perturb::apply_forward(*c->in_place, live.data_ptr(), live.numel());
+        if (c->in_place) apply(*c->in_place, live, true);
         else perturb_copied(live);
         ++m_perturbed;
       }
@@ -133,7 +205,7 @@ class PerturbedGroup {
     for (std::size_t i = 0; i < m_perturbed; ++i) {
       const Candidate* c = m_group[i];
       torch::Tensor live = c->tensor.tensor;
-      if (c->in_place) perturb::apply_backward(*c->in_place, live.data_ptr(), live.numel());
+      if (c->in_place) apply(*c->in_place, live, false);
       else live.copy_(m_saved[saved++]);
     }
     m_perturbed = 0;

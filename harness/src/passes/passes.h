@@ -17,6 +17,7 @@
 #include "graphcheck/model.h"
 #include "graphcheck/probe.h"
 #include "graphcheck/engine/scenario.h"
+#include "perturb_bits.h"
 
 namespace graphcheck::passes {
 
@@ -44,6 +45,13 @@ void poison_orphans(const std::vector<GraphView>& graphs, std::vector<NamedTenso
 using ReplayAndEager = std::function<std::pair<TensorList, TensorList>()>;
 void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, const CompareEvent& compare,
                       const ReplayAndEager& replay_and_eager, CoverageEvent& out);
+
+namespace detail {
+// The coverage perturbation of a tensor that is one dense region (Note [A perturbation undone
+// exactly]), forward or back, in libtorch's ops a piece of at most `piece_bytes` at a time: what
+// measure_coverage does on a device. For tests: the patterns are perturb_bits.h's loops'.
+void perturb_by_ops(const torch::Tensor& t, perturb::Format format, bool forward, std::int64_t piece_bytes);
+}  // namespace detail
 
 // Validation compares with outputs_agree (output_diff.h).
 // The fresh inputs the validate pass replays each capture on: (seed, scale) pairs.
