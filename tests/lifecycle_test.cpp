@@ -968,7 +968,7 @@ TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes
   const std::int64_t peak = counter.peak_bytes() - base;
   counter.uninstall();
   EXPECT_EQ(out.method, "group bisection");
-  EXPECT_EQ(out.replays, 1);
+  EXPECT_EQ(out.replays, 2);  // the unperturbed run (Note [Tensors the forward writes]) and the group's
   EXPECT_EQ(out.tensors, 12);  // every floating and byte tensor, the int64 one left out
   for (const auto& [name, n] : unmoved) {
     if (name == "ints") EXPECT_GT(n, 0);
@@ -984,20 +984,79 @@ TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes
 
 TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
   torch::NoGradGuard no_grad;
+  // The first run is the unperturbed one (Note [Tensors the forward writes]); the second is the
+  // group's, with every candidate perturbed.
+  for (const int failing_run : {1, 2}) {
+    std::vector<NamedTensor> live = coverage_candidates();
+    std::vector<torch::Tensor> before;
+    for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
+    GraphView graph;
+    CompareEvent compare;
+    compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
+    CoverageEvent out;
+    int runs = 0;
+    EXPECT_THROW(passes::measure_coverage(graph, live, compare,
+                                          [&]() -> std::pair<TensorList, TensorList> {
+                                            if (++runs == failing_run) throw std::runtime_error("forward failed");
+                                            return {TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})}};
+                                          },
+                                          out),
+                 std::runtime_error);
+    EXPECT_EQ(runs, failing_run);
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      EXPECT_TRUE(torch::equal(bits_of(live[i].tensor), bits_of(before[i]))) << live[i].name << ", run " << failing_run;
+    }
+  }
+}
+
+// Note [Tensors the forward writes]: a tensor the forward writes, by a libtorch op or through its
+// raw memory, is copied, not put back by the inverse of what the forward wrote; the others stay
+// in place; each perturbation is a write to whoever watches the version counter.
+TEST(Coverage, TensorsTheForwardWritesAreCopiedAndKeepWhatItWrote) {
+  torch::NoGradGuard no_grad;
   std::vector<NamedTensor> live = coverage_candidates();
+  torch::Tensor cache = torch::ones({1 << 16});     // written by an in-place op
+  torch::Tensor scale = torch::full({1 << 16}, 3.0);  // written through its memory (a kernel)
+  live.push_back({"cache", cache});
+  live.push_back({"scale", scale});
   std::vector<torch::Tensor> before;
-  for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
+  std::vector<std::int64_t> versions;
+  for (const auto& t : live) {
+    before.push_back(t.tensor.contiguous().clone());
+    versions.push_back(static_cast<std::int64_t>(t.tensor._version()));
+  }
   GraphView graph;
   CompareEvent compare;
   compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
   CoverageEvent out;
-  EXPECT_THROW(passes::measure_coverage(
-                   graph, live, compare,
-                   []() -> std::pair<TensorList, TensorList> { throw std::runtime_error("forward failed"); }, out),
-               std::runtime_error);
-  for (std::size_t i = 0; i < live.size(); ++i) {
+  std::int64_t bumped = 0;
+  auto& counter = CountingCpuAllocator::instance();
+  counter.install();
+  const std::int64_t base = counter.live_bytes();
+  counter.reset_peak();
+  int runs = 0;
+  passes::measure_coverage(graph, live, compare, [&] {
+    if (++runs == 2) {
+      for (std::size_t i = 0; i < live.size(); ++i) bumped += live[i].tensor._version() != versions[i];
+    }
+    cache.fill_(2.0);
+    const float five = 5.0f;
+    for (std::int64_t i = 0; i < scale.numel(); ++i) std::memcpy(static_cast<float*>(scale.data_ptr()) + i, &five, 4);
+    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
+  }, out);
+  const std::int64_t peak = counter.peak_bytes() - base;
+  counter.uninstall();
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(out.replays, 2);
+  EXPECT_TRUE(torch::equal(cache, torch::full_like(cache, 2.0))) << "not the forward's write: " << cache[0].item<float>();
+  EXPECT_TRUE(torch::equal(scale, torch::full_like(scale, 5.0))) << "not the forward's write: " << scale[0].item<float>();
+  for (std::size_t i = 0; i + 2 < live.size(); ++i) {
     EXPECT_TRUE(torch::equal(bits_of(live[i].tensor), bits_of(before[i]))) << live[i].name;
   }
+  // Every perturbable tensor read as written when perturbed ("ints" is not perturbed).
+  EXPECT_EQ(bumped, static_cast<std::int64_t>(live.size()) - 1);
+  // The two written ones are copied (256 KiB each); "large" (512 KiB) stays in place.
+  EXPECT_LT(peak, 2 * (256 << 10) + 64 * 1024);
 }
 
 }  // namespace

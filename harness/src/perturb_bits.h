@@ -13,25 +13,29 @@ namespace graphcheck::perturb {
 // The coverage group test perturbs every live tensor, replays, runs eager and puts the tensors
 // back. It saved a clone of each tensor first and perturbed by x * 1.125 + 1/64, which cannot be
 // undone exactly: a second copy of the model at every graph's test, page-faulted in anew each time,
-// and three passes over the model (0.48-0.61 s a test on the 10,000-tensor synthetic model). A
-// perturbation that is a bijection of the bit patterns, applied in place, is undone by its inverse
-// in place, bit for bit, and needs no copy (two passes at memcpy's speed: 0.29-0.34 s a test,
-// the replay and eager forward included):
+// and three passes over the model. A perturbation that is a bijection of the bit patterns, applied
+// in place, is undone by its inverse in place, bit for bit, and needs no copy (two passes at
+// memcpy's speed), as long as nothing else writes the tensor in between (passes/coverage.cpp,
+// Note [Tensors the forward writes]):
 //  - floats (binary16, bfloat16, binary32, binary64): the top mantissa bit flips. A normal value
-//    moves by 25-50% of itself (m in [1, 1.5) goes to m + 0.5, m in [1.5, 2) to m - 0.5), half of
+//    moves by 25-50% of itself within its binade (m in [1, 1.5) goes to m + 0.5, m in [1.5, 2) to
+//    m - 0.5; a subnormal by at least half of itself, 1/64 and 1.5/64 by all of it), half of
 //    them up and half down, so activations do not grow layer after layer as under a common scale.
 //    Zero would go to a subnormal, that is nowhere, so the four patterns {0, 1/64, m, 1/64 | m}
 //    (m the top mantissa bit alone, which flipping pairs with each other) instead form a cycle:
 //    0 -> 1/64 -> m -> 1.5/64 -> 0. A zero moves to 1/64, as it did under + 1/64; only the values
 //    1/64 and 1.5/64 exactly become ~0. The sign stays. Infinity and NaN (exponent all ones) stay:
 //    flipping a bit there could turn a NaN into infinity.
-//    A subnormal moves by at least half of itself.
-//  - bytes (uint8: packed fp4 pairs, UE8M0 scales): x -> x + 1, 254 -> 0, 255 stays (NaN in
-//    UE8M0, so that no byte becomes 255; in packed fp4 a pair of -6s, a byte in 256 that stays).
+//  - bytes (uint8: packed fp4 pairs, UE8M0 scales, masks of 0 and 1): the lowest bit flips, as the
+//    copy's perturbation flipped it (a mask of 0s and 1s inverts), but 252 -> 253 -> 254 -> 252
+//    form a cycle and 255 stays (NaN in UE8M0), so that no byte becomes 255 (in packed fp4 255 is
+//    a pair of -6s, a byte value in 256 that stays).
 // On a device the coverage pass (passes/coverage.cpp) applies the same bijection by libtorch's
-// ops, 16 MiB at a time (passes::detail::perturb_by_ops; at most 72 MiB of temporaries). It copies the others first and perturbs
-// them by x * 1.125 + 1/64 as before: fp8, views that are not one dense region, and views that
-// share bytes with another tensor it perturbs (a bijection applied twice to a byte can undo itself).
+// ops, 16 MiB at a time (passes::detail::perturb_by_ops; at most 72 MiB of temporaries). It copies
+// the others first and perturbs them by x * 1.125 + 1/64 as before (bytes by the bijection): fp8,
+// conjugate and negative views,
+// views that are not one dense region, views that share bytes with another tensor it perturbs (a
+// bijection applied twice to a byte can undo itself), and tensors the forward writes.
 
 enum class Format : std::uint8_t { binary16, bfloat16, binary32, binary64, byte };
 
@@ -78,10 +82,10 @@ constexpr typename L::bits backward(typename L::bits u) {
 }
 
 constexpr std::uint8_t forward_byte(std::uint8_t x) {
-  return x == 255 ? x : x == 254 ? std::uint8_t{0} : std::uint8_t(x + 1);
+  return x < 252 ? std::uint8_t(x ^ 1) : x == 255 ? x : x == 254 ? std::uint8_t{252} : std::uint8_t(x + 1);
 }
 constexpr std::uint8_t backward_byte(std::uint8_t x) {
-  return x == 255 ? x : x == 0 ? std::uint8_t{254} : std::uint8_t(x - 1);
+  return x < 252 ? std::uint8_t(x ^ 1) : x == 255 ? x : x == 252 ? std::uint8_t{254} : std::uint8_t(x - 1);
 }
 
 // Applies forward (or backward) to each of the `n` elements of `format` at `data`, in place.

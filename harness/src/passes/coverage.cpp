@@ -10,15 +10,18 @@
 // Memory: the float and byte tensors that are one dense region of their own on the host are
 // perturbed in place by a bijection of their bit patterns and put back by its inverse (Note [A
 // perturbation undone exactly], perturb_bits.h; on a device by libtorch's ops, 16 MiB at a time);
-// only the others are copied before they are perturbed (fp8, views with gaps, views that share
-// bytes with another candidate).
+// only the others are copied before they are perturbed (fp8, conjugate and negative views, views
+// with gaps, views that share bytes with another candidate, tensors the forward writes: Note
+// [Tensors the forward writes]).
 
 #include <torch/types.h>
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <set>
 
+#include "fingerprint.h"
 #include "output_diff.h"
 #include "passes/passes.h"
 #include "perturb_bits.h"
@@ -48,13 +51,22 @@ std::optional<perturb::Format> in_place_format(const torch::Tensor& t) {
   }
 }
 
-// The perturbation of a tensor that is copied first: x * 1.125 + 1/64 for floats; bytes xor 1
-// (never becoming 0xFF, NaN in UE8M0) for uint8.
+// perturb_bits.h's byte bijection in libtorch's ops, on a view of any strides.
+void flip_bytes_by_ops(torch::Tensor& v, bool forward) {
+  torch::Tensor next = v.bitwise_xor(1);  // the masks from v, one at a time: two pieces held at most
+  next.masked_fill_(v.eq(252), forward ? 253 : 254);
+  next.masked_fill_(v.eq(253), forward ? 254 : 252);
+  next.masked_fill_(v.eq(254), forward ? 252 : 253);
+  next.masked_fill_(v.eq(255), 255);
+  v.copy_(next);
+}
+
+// The perturbation of a tensor that is copied first: x * 1.125 + 1/64 for floats; for bytes the
+// bijection's (perturb_bits.h), so that a byte tensor moves alike in any layout.
 void perturb_copied(torch::Tensor& t) {
   torch::NoGradGuard no_grad;
   if (t.scalar_type() == torch::kUInt8) {
-    torch::Tensor flipped = t.bitwise_xor(1);
-    t.copy_(torch::where(flipped == 255, torch::full_like(flipped, 253), flipped));
+    flip_bytes_by_ops(t, true);
   } else if (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64) {
     t.mul_(1.125).add_(0.015625);  // the same roundings as below, without temporaries
   } else {
@@ -63,7 +75,6 @@ void perturb_copied(torch::Tensor& t) {
     t.copy_(wide);
   }
 }
-
 
 // The integer dtype of a format's patterns (a view of the tensor's bytes).
 torch::ScalarType bits_dtype(perturb::Format format) {
@@ -86,7 +97,8 @@ void flip_by_ops(torch::Tensor& v, bool forward) {
   rest = torch::Tensor();
   const torch::Tensor special = v.bitwise_and(as_value(L::kExponent)).eq(as_value(L::kExponent));
   torch::Tensor flips = zero.logical_or(sixty_fourth).to(v.scalar_type()).mul_(as_value(L::kSixtyFourth));
-  flips.bitwise_or_((forward ? zero : sixty_fourth).logical_or(special).logical_not().to(v.scalar_type()).mul_(as_value(L::kTop)));
+  const torch::Tensor keep_m = (forward ? zero : sixty_fourth).logical_or(special);
+  flips.bitwise_or_(keep_m.logical_not().to(v.scalar_type()).mul_(as_value(L::kTop)));
   v.bitwise_xor_(flips);
 }
 
@@ -96,26 +108,36 @@ void flip_by_ops(torch::Tensor& v, bool forward) {
 // device (the loops there read host memory): a piece of at most `piece_bytes` at a time, so that
 // its temporaries stay bounded whatever the tensor's size (at most 4.5 pieces' bytes, float16's
 // masks of a byte per element; bytes 2).
-void detail::perturb_by_ops(const torch::Tensor& t, perturb::Format format, bool forward, std::int64_t piece_bytes) {
+void detail::perturb_by_ops(const torch::Tensor& t, perturb::Format format, bool forward,
+                            std::int64_t piece_bytes) {
   torch::NoGradGuard no_grad;
   const torch::Tensor bits = t.as_strided({t.numel()}, {1}).view(bits_dtype(format));
-  const std::int64_t step = std::max<std::int64_t>(1, piece_bytes / static_cast<std::int64_t>(bits.element_size()));
-  for (std::int64_t at = 0; at < bits.numel(); at += step) {
-    torch::Tensor v = bits.narrow(0, at, std::min(step, bits.numel() - at));
+  const std::int64_t step =
+      std::max<std::int64_t>(1, piece_bytes / static_cast<std::int64_t>(bits.element_size()));
+  const auto flip = [&](torch::Tensor v, bool direction) {
     switch (format) {
-      case perturb::Format::binary16: flip_by_ops<perturb::Binary16>(v, forward); break;
-      case perturb::Format::bfloat16: flip_by_ops<perturb::BFloat16>(v, forward); break;
-      case perturb::Format::binary32: flip_by_ops<perturb::Binary32>(v, forward); break;
-      case perturb::Format::binary64: flip_by_ops<perturb::Binary64>(v, forward); break;
-      case perturb::Format::byte: {
-        // x + 1 and 254 -> 0 forward, x - 1 and 0 -> 254 back; 255 stays (uint8 wraps).
-        torch::Tensor next = forward ? v.add(1) : v.sub(1);
-        next.masked_fill_(v.eq(forward ? 254 : 0), forward ? 0 : 254);
-        next.masked_fill_(v.eq(255), 255);
-        v.copy_(next);
-        break;
-      }
+      case perturb::Format::binary16: return flip_by_ops<perturb::Binary16>(v, direction);
+      case perturb::Format::bfloat16: return flip_by_ops<perturb::BFloat16>(v, direction);
+      case perturb::Format::binary32: return flip_by_ops<perturb::Binary32>(v, direction);
+      case perturb::Format::binary64: return flip_by_ops<perturb::Binary64>(v, direction);
+      case perturb::Format::byte: return flip_bytes_by_ops(v, direction);
     }
+  };
+  std::int64_t at = 0;
+  try {
+    for (; at < bits.numel(); at += step) {
+      flip(bits.narrow(0, at, std::min(step, bits.numel() - at)), forward);
+    }
+  } catch (...) {
+    // A piece that failed (out of device memory) wrote nothing: its xor or copy is its last op.
+    // The pieces before it go back, as far as the device lets them, so that the tensor is whole.
+    try {
+      for (std::int64_t back = 0; back < at; back += step) {
+        flip(bits.narrow(0, back, std::min(step, bits.numel() - back)), !forward);
+      }
+    } catch (...) {
+    }
+    throw;
   }
 }
 
@@ -138,7 +160,8 @@ Span span_of(const torch::Tensor& t) {
   std::int64_t last = 0;
   for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   const auto first = reinterpret_cast<std::uintptr_t>(t.data_ptr());
-  return {t.device().str(), first, first + static_cast<std::uintptr_t>((last + 1) * static_cast<std::int64_t>(t.element_size()))};
+  const auto bytes = (last + 1) * static_cast<std::int64_t>(t.element_size());
+  return {t.device().str(), first, first + static_cast<std::uintptr_t>(bytes)};
 }
 
 // A bijection applied twice to bytes two candidates share undoes itself, so a candidate perturbs
@@ -167,14 +190,17 @@ void choose_in_place(std::vector<Candidate>& candidates) {
 }
 
 // The bijection, or its inverse, on a dense tensor: the loops on the host, libtorch's ops in
-// pieces on a device.
+// pieces on a device. A write, as the ops' and the copy's were: the loops bump the version counter
+// as an in-place op would, for whoever watches it (a cache keyed on it, write_count.h).
 void apply(perturb::Format format, const torch::Tensor& t, bool forward) {
   if (!t.device().is_cpu()) return detail::perturb_by_ops(t, format, forward, kDevicePieceBytes / 4);
   if (forward) perturb::apply_forward(format, t.data_ptr(), t.numel());
   else perturb::apply_backward(format, t.data_ptr(), t.numel());
+  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 
-// Perturbs a group in place and puts it back exactly, even when the model throws in between.
+// Perturbs a group (the constructor, which leaves nothing perturbed when it throws) and puts it
+// back exactly (restore(), which tries every tensor and then throws the first failure).
 class PerturbedGroup {
  public:
   explicit PerturbedGroup(const std::vector<const Candidate*>& group) : m_group(group) {
@@ -185,36 +211,82 @@ class PerturbedGroup {
     try {
       for (const Candidate* c : m_group) {
         torch::Tensor live = c->tensor.tensor;
-        if (c->in_place) apply(*c->in_place, live, true);
-        else perturb_copied(live);
-        ++m_perturbed;
+        if (c->in_place) {
+          apply(*c->in_place, live, true);  // whole, or, when it throws, not at all
+          ++m_perturbed;
+        } else {
+          ++m_perturbed;  // its copy puts it back whatever part of it was perturbed
+          perturb_copied(live);
+        }
       }
     } catch (...) {
-      restore();
+      restore_quietly();
       throw;
     }
   }
   PerturbedGroup(const PerturbedGroup&) = delete;
   PerturbedGroup& operator=(const PerturbedGroup&) = delete;
-  ~PerturbedGroup() { restore(); }
+  ~PerturbedGroup() { restore_quietly(); }
 
- private:
   void restore() {
     torch::NoGradGuard no_grad;
+    std::exception_ptr first;
     std::size_t saved = 0;
     for (std::size_t i = 0; i < m_perturbed; ++i) {
       const Candidate* c = m_group[i];
       torch::Tensor live = c->tensor.tensor;
-      if (c->in_place) apply(*c->in_place, live, false);
-      else live.copy_(m_saved[saved++]);
+      try {
+        if (c->in_place) apply(*c->in_place, live, false);
+        else live.copy_(m_saved[saved]);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+      if (!c->in_place) ++saved;
     }
     m_perturbed = 0;
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  void restore_quietly() noexcept {
+    try {
+      restore();
+    } catch (...) {
+    }
   }
 
   const std::vector<const Candidate*>& m_group;
   std::vector<torch::Tensor> m_saved;  // the originals of the copied ones, in group order
   std::size_t m_perturbed = 0;         // how many of the group, from its start, are perturbed
 };
+
+// Note [Tensors the forward writes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The inverse puts a tensor back only if nothing else wrote it in between. A forward that writes
+// a tensor it holds (a cache, a step buffer, a scale it updates, a lazy finalize) would leave the
+// inverse of its own write there: 1.0 perturbed to 1.5, written 2.0 by the forward, "restored" to
+// 3.0. A copy puts back the value before whatever the forward wrote. So one replay and eager run
+// on the compare's inputs, unperturbed, goes first, with every candidate that would be perturbed
+// in place fingerprinted before and after it: those it changed are copied instead. Two reads of
+// the model and one more replay, where the copy was a write and two reads; raw writes (a Triton
+// kernel, a CUDA graph) are seen as well as libtorch's in-place ops, which a version counter
+// alone would see. A tensor the forward writes keeps what that run wrote, as after any extra forward.
+void copy_the_written(std::vector<Candidate>& candidates, const ReplayAndEager& run, CoverageEvent& out) {
+  std::vector<std::uint64_t> before(candidates.size());
+  bool any = false;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i].in_place) continue;
+    before[i] = fingerprint(candidates[i].tensor.tensor);
+    any = true;
+  }
+  if (!any) return;
+  ++out.replays;
+  (void)run();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!candidates[i].in_place) continue;
+    if (fingerprint(candidates[i].tensor.tensor) != before[i]) candidates[i].in_place.reset();
+  }
+}
 
 class Perturbation {
  public:
@@ -254,7 +326,15 @@ class Perturbation {
   std::pair<TensorList, TensorList> perturbed_outputs(const std::vector<const Candidate*>& group) {
     PerturbedGroup perturbed(group);
     ++m_out.replays;
-    return m_run();
+    std::pair<TensorList, TensorList> outputs;
+    try {
+      outputs = m_run();
+    } catch (...) {
+      perturbed.restore();  // a failure here replaces the model's, as the copy's did
+      throw;
+    }
+    perturbed.restore();
+    return outputs;
   }
 
   const CompareEvent& m_compare;
@@ -280,10 +360,11 @@ void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, con
       candidates.push_back({std::move(t), std::nullopt});
     }
   }
-  choose_in_place(candidates);
   out.graph = &graph;
   out.replays = 0;
   out.tensors = static_cast<std::int64_t>(candidates.size());
+  choose_in_place(candidates);
+  copy_the_written(candidates, replay_and_eager, out);
   Perturbation p(compare, replay_and_eager, out);
   if (p.baseline_agrees()) {
     out.method = "group bisection";
