@@ -3,11 +3,12 @@
 //
 // Cost: when replay = eager before any perturbation, all tensors are perturbed at once and groups
 // are bisected only where replay and eager then disagree: one replay + one eager forward for a
-// clean graph, O(k log n) for k uncovered tensors among n. When replay already differs from eager
-// (a stale read the differential reports), each tensor is tried alone, at most kMaxSingles of
-// them, those the graph reads first.
+// clean graph, O(k log n) for k uncovered tensors among n, after one unperturbed replay + eager
+// forward (Note [Tensors the forward writes]). When replay already differs from eager (a stale
+// read the differential reports), each tensor is tried alone, at most kMaxSingles of them, those
+// the graph reads first.
 //
-// Memory: the float and byte tensors that are one dense region of their own on the host are
+// Memory: the float and byte tensors that are one dense region of their own are
 // perturbed in place by a bijection of their bit patterns and put back by its inverse (Note [A
 // perturbation undone exactly], perturb_bits.h; on a device by libtorch's ops, 16 MiB at a time);
 // only the others are copied before they are perturbed (fp8, conjugate and negative views, views
