@@ -1009,6 +1009,27 @@ TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
   }
 }
 
+// A meta tensor (a placeholder with no data) is a candidate as before, perturbed through the copy
+// path, which does nothing to it: never fingerprinted or perturbed in place.
+TEST(Coverage, AMetaTensorAmongTheCandidatesIsNoFailure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor real = torch::randn({64});
+  const torch::Tensor was = real.clone();
+  std::vector<NamedTensor> live = {{"placeholder", torch::empty({8}, torch::Device("meta"))}, {"real", real}};
+  GraphView graph;
+  CompareEvent compare;
+  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
+  CoverageEvent out;
+  bool moved = false;
+  passes::measure_coverage(graph, live, compare, [&] {
+    moved = moved || !torch::equal(real, was);
+    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
+  }, out);
+  EXPECT_EQ(out.tensors, 2);
+  EXPECT_TRUE(moved);
+  EXPECT_TRUE(torch::equal(bits_of(real), bits_of(was)));
+}
+
 // Note [Tensors the forward writes]: a tensor the forward writes, by a libtorch op or through its
 // raw memory, is copied, not put back by the inverse of what the forward wrote; the others stay
 // in place; each perturbation is a write to whoever watches the version counter.

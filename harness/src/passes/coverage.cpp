@@ -38,10 +38,10 @@ bool perturbable(const torch::Tensor& t) {
          (c10::isFloatingType(t.scalar_type()) || t.scalar_type() == torch::kUInt8);
 }
 
-// The bit-pattern bijection that perturbs `t` in place, where `t` can take one: one dense region,
-// in a format perturb_bits.h knows.
+// The bit-pattern bijection that perturbs `t` in place, where `t` can take one: one dense region
+// of data (a meta tensor has none to fingerprint), in a format perturb_bits.h knows.
 std::optional<perturb::Format> in_place_format(const torch::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || !t.is_non_overlapping_and_dense()) return std::nullopt;
+  if (t.is_meta() || t.is_conj() || t.is_neg() || !t.is_non_overlapping_and_dense()) return std::nullopt;
   switch (t.scalar_type()) {
     case torch::kHalf: return perturb::Format::binary16;
     case torch::kBFloat16: return perturb::Format::bfloat16;
