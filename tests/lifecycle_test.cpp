@@ -20,6 +20,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -940,21 +941,34 @@ std::vector<NamedTensor> coverage_candidates() {
 
 torch::Tensor bits_of(const torch::Tensor& t) { return t.contiguous().view({-1}).view(torch::kUInt8).clone(); }
 
-TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes) {
-  torch::NoGradGuard no_grad;
-  std::vector<NamedTensor> live = coverage_candidates();
+// measure_coverage over `live` after a clean compare (replay = eager), with each tensor's value
+// before it kept for the checks.
+struct CoverageRun {
+  explicit CoverageRun(std::vector<NamedTensor> tensors) : live(std::move(tensors)) {
+    compare.replay_outputs = compare.eager_outputs = clean().first;
+    for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
+  }
+  // The outputs of a forward whose replay and eager agree.
+  static std::pair<TensorList, TensorList> clean() { return {TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})}}; }
+  void run(const passes::ReplayAndEager& forward) { passes::measure_coverage(graph, live, compare, forward, out); }
+
+  std::vector<NamedTensor> live;
   std::vector<torch::Tensor> before;
-  for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
   GraphView graph;
   CompareEvent compare;
-  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
   CoverageEvent out;
+};
+
+TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes) {
+  torch::NoGradGuard no_grad;
+  CoverageRun c(coverage_candidates());
+  const auto& [live, before, out] = std::tie(c.live, c.before, c.out);
   std::map<std::string, std::int64_t> unmoved;
   auto& counter = CountingCpuAllocator::instance();
   counter.install();
   const std::int64_t base = counter.live_bytes();
   counter.reset_peak();
-  passes::measure_coverage(graph, live, compare, [&] {
+  c.run([&] {
     UncountedScope uncounted;
     for (std::size_t i = 0; i < live.size(); ++i) {
       const torch::Tensor now = live[i].tensor.contiguous().to(torch::kFloat64);
@@ -963,8 +977,8 @@ TEST(Coverage, PerturbsEveryElementAndPutsEveryBitBackWithoutACopyOfTheDenseOnes
       const torch::Tensor stays = before[i].scalar_type() == torch::kUInt8 ? was == 255 : ~was.isfinite();
       unmoved[live[i].name] = ((now == was) & ~stays).sum().item<std::int64_t>();
     }
-    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
-  }, out);
+    return CoverageRun::clean();
+  });
   const std::int64_t peak = counter.peak_bytes() - base;
   counter.uninstall();
   EXPECT_EQ(out.method, "group bisection");
@@ -987,24 +1001,17 @@ TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
   // The first run is the unperturbed one (Note [Tensors the forward writes]); the second is the
   // group's, with every candidate perturbed.
   for (const int failing_run : {1, 2}) {
-    std::vector<NamedTensor> live = coverage_candidates();
-    std::vector<torch::Tensor> before;
-    for (const auto& t : live) before.push_back(t.tensor.contiguous().clone());
-    GraphView graph;
-    CompareEvent compare;
-    compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
-    CoverageEvent out;
+    CoverageRun c(coverage_candidates());
     int runs = 0;
-    EXPECT_THROW(passes::measure_coverage(graph, live, compare,
-                                          [&]() -> std::pair<TensorList, TensorList> {
-                                            if (++runs == failing_run) throw std::runtime_error("forward failed");
-                                            return {TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})}};
-                                          },
-                                          out),
+    EXPECT_THROW(c.run([&] {
+      if (++runs == failing_run) throw std::runtime_error("forward failed");
+      return CoverageRun::clean();
+    }),
                  std::runtime_error);
     EXPECT_EQ(runs, failing_run);
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      EXPECT_TRUE(torch::equal(bits_of(live[i].tensor), bits_of(before[i]))) << live[i].name << ", run " << failing_run;
+    for (std::size_t i = 0; i < c.live.size(); ++i) {
+      EXPECT_TRUE(torch::equal(bits_of(c.live[i].tensor), bits_of(c.before[i])))
+          << c.live[i].name << ", run " << failing_run;
     }
   }
 }
@@ -1015,17 +1022,13 @@ TEST(Coverage, AMetaTensorAmongTheCandidatesIsNoFailure) {
   torch::NoGradGuard no_grad;
   torch::Tensor real = torch::randn({64});
   const torch::Tensor was = real.clone();
-  std::vector<NamedTensor> live = {{"placeholder", torch::empty({8}, torch::Device("meta"))}, {"real", real}};
-  GraphView graph;
-  CompareEvent compare;
-  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
-  CoverageEvent out;
+  CoverageRun c({{"placeholder", torch::empty({8}, torch::Device("meta"))}, {"real", real}});
   bool moved = false;
-  passes::measure_coverage(graph, live, compare, [&] {
+  c.run([&] {
     moved = moved || !torch::equal(real, was);
-    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
-  }, out);
-  EXPECT_EQ(out.tensors, 2);
+    return CoverageRun::clean();
+  });
+  EXPECT_EQ(c.out.tensors, 2);
   EXPECT_TRUE(moved);
   EXPECT_TRUE(torch::equal(bits_of(real), bits_of(was)));
 }
@@ -1035,36 +1038,30 @@ TEST(Coverage, AMetaTensorAmongTheCandidatesIsNoFailure) {
 // in place; each perturbation is a write to whoever watches the version counter.
 TEST(Coverage, TensorsTheForwardWritesAreCopiedAndKeepWhatItWrote) {
   torch::NoGradGuard no_grad;
-  std::vector<NamedTensor> live = coverage_candidates();
   torch::Tensor cache = torch::ones({1 << 16});     // written by an in-place op
   torch::Tensor scale = torch::full({1 << 16}, 3.0);  // written through its memory (a kernel)
-  live.push_back({"cache", cache});
-  live.push_back({"scale", scale});
-  std::vector<torch::Tensor> before;
+  std::vector<NamedTensor> tensors = coverage_candidates();
+  tensors.push_back({"cache", cache});
+  tensors.push_back({"scale", scale});
+  CoverageRun c(std::move(tensors));
+  const auto& [live, before, out] = std::tie(c.live, c.before, c.out);
   std::vector<std::int64_t> versions;
-  for (const auto& t : live) {
-    before.push_back(t.tensor.contiguous().clone());
-    versions.push_back(static_cast<std::int64_t>(t.tensor._version()));
-  }
-  GraphView graph;
-  CompareEvent compare;
-  compare.replay_outputs = compare.eager_outputs = {torch::zeros({2})};
-  CoverageEvent out;
+  for (const auto& t : live) versions.push_back(static_cast<std::int64_t>(t.tensor._version()));
   std::int64_t bumped = 0;
   auto& counter = CountingCpuAllocator::instance();
   counter.install();
   const std::int64_t base = counter.live_bytes();
   counter.reset_peak();
   int runs = 0;
-  passes::measure_coverage(graph, live, compare, [&] {
+  c.run([&] {
     if (++runs == 2) {
       for (std::size_t i = 0; i < live.size(); ++i) bumped += live[i].tensor._version() != versions[i];
     }
     cache.fill_(2.0);
     const float five = 5.0f;
     for (std::int64_t i = 0; i < scale.numel(); ++i) std::memcpy(static_cast<float*>(scale.data_ptr()) + i, &five, 4);
-    return std::make_pair(TensorList{torch::zeros({2})}, TensorList{torch::zeros({2})});
-  }, out);
+    return CoverageRun::clean();
+  });
   const std::int64_t peak = counter.peak_bytes() - base;
   counter.uninstall();
   EXPECT_EQ(runs, 2);

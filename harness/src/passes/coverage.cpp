@@ -190,11 +190,15 @@ void choose_in_place(std::vector<Candidate>& candidates) {
   }
 }
 
+// The pieces the ops take on a device: 16 MiB, so that their temporaries (4.5 pieces at most,
+// detail::perturb_by_ops) stay near one of kDevicePieceBytes.
+constexpr std::int64_t kPerturbPieceBytes = kDevicePieceBytes / 4;
+
 // The bijection, or its inverse, on a dense tensor: the loops on the host, libtorch's ops in
 // pieces on a device. A write, as the ops' and the copy's were: the loops bump the version counter
 // as an in-place op would, for whoever watches it (a cache keyed on it, write_count.h).
 void apply(perturb::Format format, const torch::Tensor& t, bool forward) {
-  if (!t.device().is_cpu()) return detail::perturb_by_ops(t, format, forward, kDevicePieceBytes / 4);
+  if (!t.device().is_cpu()) return detail::perturb_by_ops(t, format, forward, kPerturbPieceBytes);
   if (forward) perturb::apply_forward(format, t.data_ptr(), t.numel());
   else perturb::apply_backward(format, t.data_ptr(), t.numel());
   if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
