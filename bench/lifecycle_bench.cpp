@@ -6,7 +6,9 @@
 //    runs). Counters:
 //    observe_over_lifecycle, <pass>_over_lifecycle for each disturbing pass (stream_order
 //    included), recapture_over_lifecycle (the validate pass's fresh recordings of the forward, a
-//    part of it), harness_over_eager.
+//    part of it), harness_over_eager; floor_over_eager and harness_over_floor (Note [The design's
+//    floor under the harness]), with the counts the floor was priced from (floor_constructs,
+//    floor_loads, floor_forwards, floor_builds).
 //  - BM_PeakRss/<model>: one run with every probe; the growth of the process's peak RSS over the
 //    model's own bytes (rss_over_model). ru_maxrss only grows, so bench/run.sh runs each in a
 //    process of its own (--benchmark_filter).
@@ -124,22 +126,84 @@ std::unique_ptr<gc::LifecycleModel> construct(const Model& m) {
   return gc::ModelRegistry::get().find(m.fixture)->factory(m.config);
 }
 
-// The model's own eager work on the scenario's checkpoints (synthesized beforehand, untimed).
-double eager_work_seconds(const Model& m) {
+// The model's own eager work on the scenario's checkpoints (synthesized beforehand, untimed), in
+// its parts: the construction, each checkpoint's load with its PWAL, each forward.
+struct EagerParts {
+  double total = 0;
+  double construct = 0;
+  std::vector<double> load;                   // load_weights + PWAL, per checkpoint (cycle)
+  std::map<std::int64_t, double> forward;     // per batch size, the mean over the checkpoints
+};
+
+EagerParts eager_work_parts(const Model& m) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<gc::NamedTensor>> checkpoints;
   for (auto seed : std::vector<std::uint64_t>{kSeed, kRefitSeeds[0], kRefitSeeds[1]}) {
     checkpoints.push_back(construct(m)->synthesize_checkpoint(seed));
   }
+  EagerParts parts;
   const auto t0 = std::chrono::steady_clock::now();
   auto model = construct(m);
+  parts.construct = seconds_since(t0);
   for (auto& checkpoint : checkpoints) {
+    auto t = std::chrono::steady_clock::now();
     gc::TensorListWeightStream stream(checkpoint, "memory");
     model->load_weights(stream);
     model->process_weights_after_loading();
-    for (auto b : kBatchSizes) benchmark::DoNotOptimize(model->forward_all(model->make_inputs(b, 5)));
+    parts.load.push_back(seconds_since(t));
+    for (auto b : kBatchSizes) {
+      t = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(model->forward_all(model->make_inputs(b, 5)));
+      parts.forward[b] += seconds_since(t) / static_cast<double>(checkpoints.size());
+    }
   }
-  return seconds_since(t0);
+  parts.total = seconds_since(t0);
+  return parts;
+}
+
+// Note [The design's floor under the harness]: DESIGN 2.2 runs each disturbing check in a pass of
+// its own, on a model instance of its own, and builds model B (a fresh load) at every cycle; the
+// stream-order pass builds a model per order. Each of those repeats the model's own work: a
+// construction, loads with their PWAL, forwards. That work, counted from the run's spans (each
+// construct, load, warm-up, capture and replay span of model A, each model B and stream-order
+// build) and priced at the eager run's time for each part, is what any harness with that
+// isolation spends at least. Captures and replays count as one forward each, as a CUDA graph's
+// capture runs the forward and its replay is the forward's kernels. Not counted, so the floor is a
+// lower bound: checkpoint synthesis, the validate pass's fresh recordings, coverage's perturbed
+// replays, the idempotence pass's second PWAL, model B's forwards beyond one per batch size.
+struct Floor {
+  double seconds = 0;
+  int constructs = 0, loads = 0, forwards = 0, builds = 0;
+};
+
+Floor design_floor(const gc::ScenarioRecord& r, const EagerParts& eager) {
+  Floor f;
+  const auto load_at = [&](int cycle) {
+    return eager.load[static_cast<std::size_t>(std::clamp<int>(cycle, 0, static_cast<int>(eager.load.size()) - 1))];
+  };
+  double all_forwards = 0;
+  for (const auto& [b, s] : eager.forward) all_forwards += s;
+  for (const auto& span : r.spans) {
+    if (span.phase == "construct") {
+      ++f.constructs;
+      f.seconds += eager.construct;
+    } else if (span.phase == "load") {
+      ++f.loads;
+      f.seconds += load_at(span.cycle);
+    } else if (span.phase == "warmup" || span.phase == "capture" || span.phase == "replay") {
+      auto it = eager.forward.find(span.batch_size);
+      if (it == eager.forward.end()) continue;
+      ++f.forwards;
+      f.seconds += it->second;
+    } else if (span.phase == "model B") {
+      ++f.builds;
+      f.seconds += eager.construct + load_at(span.cycle) + all_forwards;
+    } else if (span.phase == "stream-order model") {
+      ++f.builds;
+      f.seconds += eager.construct + load_at(span.cycle);
+    }
+  }
+  return f;
 }
 
 double pass_seconds(const gc::ScenarioRecord& r, const std::string& pass) {
@@ -156,13 +220,15 @@ bool passed(benchmark::State& state, const gc::ScenarioRecord& r) {
 }
 
 // The median of three: a single measurement of the eager work read 2.2 and 5.6 s in two full runs
-// of bench/run.sh on one machine (dsv4 32x1024), and moved the harness row with it.
+// of bench/run.sh on one machine (dsv4 32x1024), and moved the harness row with it. The parts are
+// those of the run whose total is the median.
 struct EagerWork {
   double median = 0, low = 0, high = 0;
+  EagerParts parts;
 };
 
 EagerWork eager_work(const Model& m) {
-  std::vector<double> runs;
+  std::vector<EagerParts> runs;
   for (int i = 0; i < 3; ++i) {
     // Each from memory handed back to the system, as each pass of the harness starts (Note [Freed
     // memory stays resident]), so that the heap the run before freed does not spare this one its
@@ -170,10 +236,10 @@ EagerWork eager_work(const Model& m) {
     // 1.86-3.61 s in a run of lifecycle_bench alone and 1.71-1.82 s in a full bench/run.sh. The
     // first run in a process had read 2.2-5.6 s.
     graphcheck::support::release_free_memory();
-    runs.push_back(eager_work_seconds(m));
+    runs.push_back(eager_work_parts(m));
   }
-  std::sort(runs.begin(), runs.end());
-  return {runs[1], runs.front(), runs.back()};
+  std::sort(runs.begin(), runs.end(), [](const EagerParts& a, const EagerParts& b) { return a.total < b.total; });
+  return {runs[1].total, runs.front().total, runs.back().total, runs[1]};
 }
 
 void BM_Lifecycle(benchmark::State& state, const Model& m) {
@@ -195,6 +261,15 @@ void BM_Lifecycle(benchmark::State& state, const Model& m) {
     state.counters["lifecycle_s"] = lifecycle;
     state.counters["harness_s"] = harness;
     state.counters["harness_over_eager"] = harness / eager;
+    // Note [The design's floor under the harness]
+    const Floor floor = design_floor(full, work.parts);
+    state.counters["floor_s"] = floor.seconds;
+    state.counters["floor_over_eager"] = floor.seconds / eager;
+    state.counters["harness_over_floor"] = harness / floor.seconds;
+    state.counters["floor_constructs"] = floor.constructs;
+    state.counters["floor_loads"] = floor.loads;
+    state.counters["floor_forwards"] = floor.forwards;
+    state.counters["floor_builds"] = floor.builds;
     state.counters["lifecycle_over_eager"] = lifecycle / eager;
     for (const char* pass : {"observe", "validate", "idempotence", "census", "poison", "coverage", "growth",
                              "stream_order"}) {

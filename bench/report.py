@@ -207,8 +207,23 @@ def main(results_dir, out_path):
                 elif key.endswith("_over_lifecycle") and not key.startswith("observe"):
                     add("lifecycle", f"{model}: {key[:-len('_over_lifecycle')]} pass vs the lifecycle it repeats",
                         b[key], 1.5, "<=")
+            # Note [The design's floor under the harness] (lifecycle_bench.cpp): the model's own
+            # work in the instances DESIGN 2.2 runs (a model per disturbing pass, model B at every
+            # cycle, a model per stream order), priced at the eager run's parts. Where that alone
+            # is past the target, no harness with that isolation meets it; the harness is then
+            # held to the same factor against that work.
+            floor = b.get("floor_over_eager")
+            bound = None
+            if floor is not None and floor > 3:
+                bound = (f"the model's own work in the instances the design runs on models of their own "
+                         f"({int(b['floor_constructs'])} constructions, {int(b['floor_loads'])} loads with PWAL, "
+                         f"{int(b['floor_forwards'])} forwards, {int(b['floor_builds'])} builds of model B and of "
+                         f"the stream orders), priced at the eager run's parts, is {floor:.2f}x the eager work")
             add("lifecycle", f"{model}: harness (every probe) vs the model's own eager work",
-                b.get("harness_over_eager"), 3, "<=")
+                b.get("harness_over_eager"), 3, "<=", bound=bound)
+            if floor is not None:
+                add("lifecycle", f"{model}: harness (every probe) vs that floor, the model's own work in the "
+                    f"instances the design runs ({b['floor_s']:.2f} s)", b.get("harness_over_floor"), 3, "<=")
             spread = (f" (median of three, {b['eager_low_s']:.2f}-{b['eager_high_s']:.2f})"
                       if "eager_low_s" in b else "")
             rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}{spread}, lifecycle "

@@ -970,5 +970,33 @@ TEST(StreamRecords, ALoaderThatWritesIntoOrKeepsWhatItIsStreamedLeavesTheRecords
   }
 }
 
+// The stream-order pass's builds are spans of the trace, one per model it builds and loads (the
+// canonical order and each other order; the canonical one again only where an order differs),
+// each inside the pass's span, as model B's are.
+TEST(StreamOrderSpans, EachModelThePassBuildsIsASpanInsideThePass) {
+  const ScenarioRecord r = run_scenario(tiny_scenario({"stream_order"}), options_with({}));
+  ASSERT_EQ(r.status, Status::passed) << r.reason;
+  double orders = -1;
+  for (const auto& m : r.measurements) {
+    if (m.tag == "gc/stream_order/orders") orders = m.value;
+  }
+  ASSERT_GT(orders, 0);
+  const Span* pass = nullptr;
+  std::vector<const Span*> builds;
+  for (const auto& span : r.spans) {
+    if (span.pass == "stream_order" && span.phase.empty()) pass = &span;
+    if (span.phase == "stream-order model") builds.push_back(&span);
+  }
+  ASSERT_NE(pass, nullptr);
+  ASSERT_EQ(builds.size(), static_cast<std::size_t>(orders) + 1);  // no order differs on dsv4
+  for (const Span* b : builds) {
+    EXPECT_EQ(b->pass, "stream_order");
+    EXPECT_EQ(b->cycle, 0);  // the initial load's orders
+    EXPECT_GE(b->start, pass->start);
+    EXPECT_LE(b->start + b->seconds, pass->start + pass->seconds + 1e-9);
+    EXPECT_GT(b->seconds, 0);
+  }
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -201,6 +201,8 @@ void PassRun::stream_order() {
   UncountedScope uncounted;  // the pass's own models, no memory check here
   FlagScope quiet(m_quiet);
   const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order) {
+    // Each build a span of its own in the trace, as model B's: the pass's time is these builds.
+    const Driver::SpanScope span(m_driver, open_span("stream-order model", event.cycle, 0));
     torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
     const std::string what = fmt::format("stream-order model ({} order)", order);
     std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());

@@ -80,8 +80,9 @@ struct MutationVerdict {
 struct Span {
   std::string pass;   // the pass it ran in
   // The lifecycle phase; empty for the pass as a whole. The harness's own work between phases has
-  // spans too: "checkpoint synthesis" (a generated checkpoint written) and "model B" (the
-  // reference model built for a cycle).
+  // spans too: "checkpoint synthesis" (a generated checkpoint written), "model B" (the
+  // reference model built for a cycle) and "stream-order model" (a model the stream-order pass
+  // builds and loads in one order).
   std::string phase;
   int cycle = 0;
   std::int64_t batch_size = 0;
