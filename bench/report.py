@@ -208,22 +208,26 @@ def main(results_dir, out_path):
                     add("lifecycle", f"{model}: {key[:-len('_over_lifecycle')]} pass vs the lifecycle it repeats",
                         b[key], 1.5, "<=")
             # Note [The design's floor under the harness] (lifecycle_bench.cpp): the model's own
-            # work in the instances DESIGN 2.2 runs (a model per disturbing pass, model B at every
-            # cycle, a model per stream order), priced at the eager run's parts. Where that alone
-            # is past the target, no harness with that isolation meets it; the harness is then
-            # held to the same factor against that work.
+            # work in the instances this run made (a model per disturbing pass, model B at every
+            # cycle, a model per stream order), counted from its spans and priced at the eager
+            # run's parts. A bound by design (DESIGN 2.2's isolation), not a physical one: the row
+            # reads BOUND only where that floor alone is past the target and the harness is within
+            # the same factor of the floor; otherwise MISSED, with the floor in the next row.
             floor = b.get("floor_over_eager")
+            over = b.get("harness_over_floor")
             bound = None
-            if floor is not None and floor > 3:
-                bound = (f"the model's own work in the instances the design runs on models of their own "
-                         f"({int(b['floor_constructs'])} constructions, {int(b['floor_loads'])} loads with PWAL, "
-                         f"{int(b['floor_forwards'])} forwards, {int(b['floor_builds'])} builds of model B and of "
-                         f"the stream orders), priced at the eager run's parts, is {floor:.2f}x the eager work")
+            if floor is not None and floor > 3 and over is not None and over <= 3:
+                bound = (f"by design, not physics: DESIGN 2.2 runs each disturbing check on a model of its own; "
+                         f"the model's own work in the instances this run made ({int(b['floor_constructs'])} "
+                         f"constructions, {int(b['floor_loads'])} loads with PWAL, {int(b['floor_forwards'])} forwards, "
+                         f"{int(b['floor_builds'])} builds of model B and of the stream orders; counted from spans, "
+                         f"priced at the eager parts, not timed directly) is {floor:.2f}x the eager work, and the "
+                         f"harness is {over:.2f}x that")
             add("lifecycle", f"{model}: harness (every probe) vs the model's own eager work",
                 b.get("harness_over_eager"), 3, "<=", bound=bound)
             if floor is not None:
-                add("lifecycle", f"{model}: harness (every probe) vs that floor, the model's own work in the "
-                    f"instances the design runs ({b['floor_s']:.2f} s)", b.get("harness_over_floor"), 3, "<=")
+                add("lifecycle", f"{model}: harness (every probe) vs the design's floor, the model's own work in the "
+                    f"instances this run made ({b['floor_s']:.2f} s, {floor:.2f}x the eager work)", over, 3, "<=")
             spread = (f" (median of three, {b['eager_low_s']:.2f}-{b['eager_high_s']:.2f})"
                       if "eager_low_s" in b else "")
             rows.append(("lifecycle", f"{model}: seconds: eager {b['eager_s']:.2f}{spread}, lifecycle "

@@ -998,5 +998,35 @@ TEST(StreamOrderSpans, EachModelThePassBuildsIsASpanInsideThePass) {
   }
 }
 
+// Where an order's load differs, the pass builds the canonical model once more beside it, to say
+// which elements differ: that build is a span of its own name, so that it is told from the
+// builds every run makes (the bench's floor leaves it out).
+TEST(StreamOrderSpans, TheCanonicalModelBuiltAgainBesideADifferingOrderIsNamedSo) {
+  Scenario s;
+  s.name = "order";
+  s.file = "order.yaml";
+  s.fixture = "order_scale";
+  s.config.set("layers", std::int64_t{2});
+  s.config.set("hidden", std::int64_t{16});
+  s.batch_sizes = {1};
+  s.checks = {"stream_order"};
+  RunOptions o = options_with({});
+  o.mutations = {"order_scale.combine_on_arrival"};
+  const ScenarioRecord r = run_scenario(s, o);
+  ASSERT_EQ(r.status, Status::failed) << r.reason;
+  double orders = -1;
+  for (const auto& m : r.measurements) {
+    if (m.tag == "gc/stream_order/orders") orders = m.value;
+  }
+  ASSERT_GT(orders, 0);
+  int builds = 0, again = 0;
+  for (const auto& span : r.spans) {
+    if (span.phase == "stream-order model") ++builds;
+    if (span.phase == "stream-order model, canonical again") ++again;
+  }
+  EXPECT_EQ(builds, static_cast<int>(orders) + 1);
+  EXPECT_EQ(again, 1);  // built once, kept for every later order that differs
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -200,9 +200,11 @@ void PassRun::stream_order() {
 
   UncountedScope uncounted;  // the pass's own models, no memory check here
   FlagScope quiet(m_quiet);
-  const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order) {
+  // `again`: the canonical model built a second time, beside an order that differs.
+  const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order, bool again) {
     // Each build a span of its own in the trace, as model B's: the pass's time is these builds.
-    const Driver::SpanScope span(m_driver, open_span("stream-order model", event.cycle, 0));
+    const Driver::SpanScope span(
+        m_driver, open_span(again ? "stream-order model, canonical again" : "stream-order model", event.cycle, 0));
     torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
     const std::string what = fmt::format("stream-order model ({} order)", order);
     std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
@@ -244,7 +246,7 @@ void PassRun::stream_order() {
     }
     return out;
   };
-  std::unique_ptr<LifecycleModel> canonical = build(weights, "canonical");
+  std::unique_ptr<LifecycleModel> canonical = build(weights, "canonical", false);
   const std::map<std::string, std::string> canonical_prints = prints_of(*canonical);
   canonical.reset();  // one model at a time while the orders agree
   support::release_free_memory();
@@ -257,9 +259,9 @@ void PassRun::stream_order() {
       stream_order.push_back(weights[i]);
       v.names.push_back(weights[i].name);
     }
-    std::unique_ptr<LifecycleModel> model = build(stream_order, name);
+    std::unique_ptr<LifecycleModel> model = build(stream_order, name, false);
     if (prints_of(*model) != canonical_prints) {
-      if (!canonical) canonical = build(weights, "canonical");
+      if (!canonical) canonical = build(weights, "canonical", /*again=*/true);
       v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
     }
     event.variants.push_back(std::move(v));

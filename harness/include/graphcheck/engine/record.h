@@ -82,7 +82,8 @@ struct Span {
   // The lifecycle phase; empty for the pass as a whole. The harness's own work between phases has
   // spans too: "checkpoint synthesis" (a generated checkpoint written), "model B" (the
   // reference model built for a cycle) and "stream-order model" (a model the stream-order pass
-  // builds and loads in one order).
+  // builds and loads in one order; "stream-order model, canonical again" where it builds the
+  // canonical order's model a second time, beside an order that differs).
   std::string phase;
   int cycle = 0;
   std::int64_t batch_size = 0;
