@@ -25,15 +25,22 @@
 #include <torch/utils.h>
 
 #include <emmintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <initializer_list>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "address_index.h"
+#include "engine/streams.h"
+#include "graphcheck/checkpoint.h"
+#include "graphcheck/safetensors.h"
 #include "backends/static_copy.h"
 #include "fingerprint.h"
 #include "graphcheck/engine/backend.h"
@@ -491,6 +498,54 @@ void BM_AddressResolve(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_AddressResolve)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// ---- a recorded load ---------------------------------------------------------------------------
+
+// A load as the lifecycle records it (engine/streams.h): n tensors of 1 KiB streamed from a
+// generated checkpoint's map through a RecordingStream, each copied into a parameter; with
+// written = 1 the loader first scales each tensor it is streamed in place, so that every record
+// is read again from the file (reread_from_file). ns per tensor; bench/run.sh holds both to
+// linearity from 1,000 to 100,000 tensors (a reread that parsed the header once per tensor made
+// the written load quadratic).
+void BM_RecordedLoad(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::NoGradGuard no_grad;
+  const std::int64_t n = state.range(0);
+  const bool written = state.range(1) != 0;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("graphcheck-bench-load-" + std::to_string(::getpid()) + "-" + std::to_string(n) + ".safetensors"))
+                               .string();
+  std::vector<gc::NamedTensor> checkpoint;
+  std::vector<torch::Tensor> params;
+  for (std::int64_t i = 0; i < n; ++i) {
+    checkpoint.push_back({"layers." + std::to_string(i / 100) + ".w" + std::to_string(i % 100),
+                          torch::full({256}, static_cast<float>(i % 7), torch::kFloat32)});
+    params.push_back(torch::empty({256}, torch::kFloat32));
+  }
+  gc::save_checkpoint(path, checkpoint, {}, gc::safetensors::Durability::scratch);
+  checkpoint.clear();
+  // Its header parsed once, as a run's first load of a checkpoint does; each load after takes the
+  // validated header (Note [Validated headers]).
+  (void)gc::safetensors::File::open(path);
+  for (auto _ : state) {
+    gc::SafetensorsWeightStream source(path, {}, {}, gc::StreamReads::mapped);
+    std::map<std::string, torch::Tensor> records;
+    double harness = 0;
+    gc::engine::RecordingStream stream(source, records, harness, /*copy=*/false, gc::engine::reread_from_file(path));
+    std::size_t i = 0;
+    while (auto item = stream.next()) {
+      if (written) item->tensor.mul_(2.0f);
+      params[i++].copy_(item->tensor);
+    }
+    benchmark::DoNotOptimize(stream.finish().size());
+  }
+  std::filesystem::remove(path);
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_RecordedLoad)
+    ->ArgsProduct({{1000, 10000, 100000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 // ---- emulated replay vs eager -----------------------------------------------------------------
 

@@ -944,5 +944,34 @@ TEST_F(CheckpointFileTest, RecordsSettleAsTheLoadGoesAndTheirPagesLeaveTheReside
   EXPECT_NE(into.at("b").data_ptr(), tensors[1].tensor.data_ptr());
 }
 
+// The lifecycle's reread of a generated checkpoint (a record the loader wrote is read again):
+// the file is opened once for the load, not once per tensor (a header of n tensors parsed n times
+// made a load that writes every tensor quadratic). Seen here by what it serves: the file as it was
+// at the first call, even after the path names another file; and each tensor's own bytes.
+TEST_F(CheckpointFileTest, RereadOpensTheFileOnceForTheWholeLoad) {
+  constexpr std::int64_t kElements = std::int64_t{1} << 20;  // 4 MiB each
+  std::vector<NamedTensor> first, second;
+  for (const char* name : {"a", "b", "c"}) {
+    first.push_back({name, torch::arange(kElements, torch::kFloat32) + static_cast<float>(name[0])});
+    second.push_back({name, torch::zeros({kElements})});
+  }
+  const std::string path = path_of("reread.safetensors");
+  save_checkpoint(path, first, {}, st::Durability::scratch);
+  const engine::RecordingStream::Reread reread = engine::reread_from_file(path);
+  EXPECT_TRUE(same_bytes(reread("b"), first[1].tensor));
+  save_checkpoint(path, second, {}, st::Durability::scratch);  // a new file under the same name
+  const torch::Tensor a = reread("a");
+  const torch::Tensor c = reread("c");
+  EXPECT_TRUE(same_bytes(a, first[0].tensor));
+  EXPECT_TRUE(same_bytes(c, first[2].tensor));
+  EXPECT_FALSE(same_bytes(c, second[2].tensor));
+  try {
+    (void)reread("z");
+    ADD_FAILURE() << "a name the file does not hold was read";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'z' vanished from"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -115,6 +116,8 @@ enum class Mapping { read_only, copy_on_write };
 // reference implementation validates in; it does not depend on the header's key order.
 class File {
  public:
+  struct Header;  // what the header gave (safetensors.cpp), shared by the Files opened on it
+
   // Maps and validates the file; throws Error naming the path and the problem. Anything that
   // is not a regular file (a directory, a FIFO, a device) is refused before it is opened.
   static File open(const std::string& path, Mapping mapping = Mapping::read_only);
@@ -129,11 +132,11 @@ class File {
   ~File();
 
   [[nodiscard]] const std::string& path() const { return m_path; }
-  [[nodiscard]] const std::vector<TensorInfo>& tensors() const { return m_tensors; }
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const;
   // nullptr when no tensor has that name.
   [[nodiscard]] const TensorInfo* find(std::string_view name) const;
   // The "__metadata__" map; empty when the header has none.
-  [[nodiscard]] const std::map<std::string, std::string>& metadata() const { return m_metadata; }
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const;
   // Pointer to the tensor's first byte inside the map; valid while this File lives. The pointer
   // is only as aligned as the file makes it (files from write() keep every tensor aligned to its
   // element size; other writers may not): read through memcpy when in doubt. Throws Error when
@@ -153,14 +156,15 @@ class File {
   // Validates the image at m_map (m_file_size bytes) and fills the members below from it.
   void validate();
   // validate()'s parse and checks of the header text (Note [Validated headers]).
-  void validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size);
+  void validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size,
+                       Header& out) const;
   void release() noexcept;
 
   std::string m_path;
   std::vector<std::byte> m_owned;  // parse()'s copy of the bytes; empty for a mapped file
-  std::vector<TensorInfo> m_tensors;
-  std::map<std::string, std::size_t, std::less<>> m_index;  // name -> position in m_tensors
-  std::map<std::string, std::string> m_metadata;
+  // What the header gave: the tensors in data order, the index, the metadata. Shared, not
+  // copied, with every File opened on the same header (Note [Validated headers]).
+  std::shared_ptr<const Header> m_header;
   const std::byte* m_map = nullptr;  // the mmap (m_mapped) or m_owned.data()
   bool m_mapped = false;
   bool m_writable = false;  // a copy_on_write map, or parse()'s copy

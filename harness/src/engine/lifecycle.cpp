@@ -464,13 +464,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   }
   RecordingStream::Reread reread;
   if (!source.tensors && !source.incoming) {
-    reread = [path = source.path](const std::string& name) {
-      const safetensors::File file = safetensors::File::open(path);
-      for (const auto& info : file.tensors()) {
-        if (info.name == name) return read_tensor(file, info);
-      }
-      throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, path));
-    };
+    reread = reread_from_file(source.path);  // one open for the load, not one per tensor
   }
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
                          /*copy=*/source.tensors != nullptr || source.incoming != nullptr, std::move(reread),

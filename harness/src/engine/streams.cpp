@@ -5,6 +5,11 @@
 #include "engine/streams.h"
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
 
 #include "counting_allocator.h"
 #include "engine/errors.h"
@@ -152,6 +157,19 @@ std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const 
     throw UserError(e.what());
   }
   return out;
+}
+
+RecordingStream::Reread reread_from_file(std::string path) {
+  auto file = std::make_shared<std::optional<safetensors::File>>();
+  return [path = std::move(path), file](const std::string& name) {
+    if (!file->has_value()) file->emplace(safetensors::File::open(path));
+    const safetensors::File& opened = **file;
+    const safetensors::TensorInfo* info = opened.find(name);
+    if (info == nullptr) throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, path));
+    torch::Tensor copy = read_tensor(opened, *info);
+    if (info->nbytes() > 0) (void)safetensors::release_mapped_pages(opened.data(*info), info->nbytes());
+    return copy;
+  };
 }
 
 }  // namespace graphcheck::engine

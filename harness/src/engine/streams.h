@@ -78,6 +78,14 @@ class RecordingStream final : public WeightStream {
   std::set<std::string> m_seen;
 };
 
+// A RecordingStream's reread of a safetensors file: the named tensor, a fresh copy of the file's
+// bytes. The file is opened (its header parsed) at the first call and kept for the calls after,
+// so that a loader that writes every tensor it is streamed costs one open per load, not one per
+// tensor (a header of n tensors parsed n times made such a load quadratic: 2,000 tensors 0.4 s,
+// 4,000 2.0 s). What it serves is the file as it was at that first call. Each tensor's pages go
+// back to the page cache once read (Note [Released pages]).
+RecordingStream::Reread reread_from_file(std::string path);
+
 // Yields a clone of each tensor of another stream, made as it is asked for. The pages of a source
 // tensor that is a view of a checkpoint's map leave the resident set once it is cloned (Note
 // [Released pages]): the sources are the harness's read-only records, and a model B built from a

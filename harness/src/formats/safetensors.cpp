@@ -388,9 +388,7 @@ std::int64_t TensorInfo::numel() const {
 File::File(File&& other) noexcept
     : m_path(std::move(other.m_path)),
       m_owned(std::move(other.m_owned)),
-      m_tensors(std::move(other.m_tensors)),
-      m_index(std::move(other.m_index)),
-      m_metadata(std::move(other.m_metadata)),
+      m_header(std::move(other.m_header)),
       m_map(std::exchange(other.m_map, nullptr)),
       m_mapped(std::exchange(other.m_mapped, false)),
       m_writable(std::exchange(other.m_writable, false)),
@@ -402,9 +400,7 @@ File& File::operator=(File&& other) noexcept {
     release();
     m_path = std::move(other.m_path);
     m_owned = std::move(other.m_owned);
-    m_tensors = std::move(other.m_tensors);
-    m_index = std::move(other.m_index);
-    m_metadata = std::move(other.m_metadata);
+    m_header = std::move(other.m_header);
     m_map = std::exchange(other.m_map, nullptr);
     m_mapped = std::exchange(other.m_mapped, false);
     m_writable = std::exchange(other.m_writable, false);
@@ -415,6 +411,26 @@ File& File::operator=(File&& other) noexcept {
 }
 
 File::~File() { release(); }
+
+// What validate() derives from a header (Note [Validated headers]). The cache keeps the header's
+// text and the file's size to know it again; a File only reads the rest.
+struct File::Header {
+  std::uint64_t file_size = 0;
+  std::string text;
+  std::vector<TensorInfo> tensors;                         // in data order
+  std::map<std::string, std::size_t, std::less<>> index;  // name -> position in tensors
+  std::map<std::string, std::string> metadata;
+};
+
+const std::vector<TensorInfo>& File::tensors() const {
+  static const std::vector<TensorInfo> none;  // a File moved from
+  return m_header ? m_header->tensors : none;
+}
+
+const std::map<std::string, std::string>& File::metadata() const {
+  static const std::map<std::string, std::string> none;
+  return m_header ? m_header->metadata : none;
+}
 
 namespace {
 
@@ -435,14 +451,11 @@ MapRegistry& map_registry() {
 // again); a 10,000-tensor header took 80-100 ms to parse, check and free each time, 4% of a run
 // with every probe (issue 26). So the last few large headers that passed are kept with what they
 // gave, and a file whose header is byte for byte one of them, at the same size, takes that
-// instead of parsing again. A header that fails is never kept: its error is found anew.
-struct ValidatedHeader {
-  std::uint64_t file_size = 0;
-  std::string text;
-  std::vector<TensorInfo> tensors;
-  std::map<std::string, std::size_t, std::less<>> index;
-  std::map<std::string, std::string> metadata;
-};
+// instead of parsing again. A header that fails is never kept: its error is found anew. The File
+// shares what was kept rather than copying it: a copy of 100,000 names, their index and its
+// freeing made each open of a known header cost more per tensor the more tensors it had
+// (bench/harness_bench BM_RecordedLoad).
+using ValidatedHeader = File::Header;
 
 class HeaderCache {
  public:
@@ -583,26 +596,23 @@ void File::validate() {
   const std::string_view header_text(text, header_size);
   const bool cacheable = header_size >= HeaderCache::kMinBytes && header_size <= HeaderCache::kMaxBytes;
   if (cacheable) {
-    if (const auto known = header_cache().find(size, header_text)) {
-      m_tensors = known->tensors;
-      m_index = known->index;
-      m_metadata = known->metadata;
+    if (auto known = header_cache().find(size, header_text)) {
+      m_header = std::move(known);
       return;
     }
   }
-  validate_header(text, header_size, data_size);
+  auto header = std::make_shared<Header>();
+  validate_header(text, header_size, data_size, *header);
   if (cacheable) {
-    auto entry = std::make_shared<ValidatedHeader>();
-    entry->file_size = size;
-    entry->text.assign(header_text);
-    entry->tensors = m_tensors;
-    entry->index = m_index;
-    entry->metadata = m_metadata;
-    header_cache().add(std::move(entry));
+    header->file_size = size;
+    header->text.assign(header_text);
+    header_cache().add(header);
   }
+  m_header = std::move(header);
 }
 
-void File::validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size) {
+void File::validate_header(const char* text, std::uint64_t header_size, std::uint64_t data_size,
+                           Header& out) const {
   const std::string& path = m_path;
   const Json header = parse_header(path, text, text + header_size);
   if (!header.is_object()) {
@@ -613,19 +623,19 @@ void File::validate_header(const char* text, std::uint64_t header_size, std::uin
 
   for (const auto& [key, value] : header.items()) {
     if (key == k_metadata_key) {
-      parse_metadata(path, value, m_metadata);
+      parse_metadata(path, value, out.metadata);
     } else {
-      m_tensors.push_back(parse_entry(path, key, value, data_size));
+      out.tensors.push_back(parse_entry(path, key, value, data_size));
     }
   }
 
-  std::sort(m_tensors.begin(), m_tensors.end(),
+  std::sort(out.tensors.begin(), out.tensors.end(),
             [](const TensorInfo& a, const TensorInfo& b) {
               return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
             });
   std::uint64_t covered = 0;  // end of the previous tensor
   const TensorInfo* previous = nullptr;
-  for (const TensorInfo& info : m_tensors) {
+  for (const TensorInfo& info : out.tensors) {
     if (info.begin < covered) {
       fail(path, tensor_label(info.name) + " (bytes [" + std::to_string(info.begin) + ", " +
                      std::to_string(info.end) + ")) overlaps " + tensor_label(previous->name) +
@@ -649,17 +659,18 @@ void File::validate_header(const char* text, std::uint64_t header_size, std::uin
                    "): the header and data disagree; rewrite the file");
   }
 
-  for (std::size_t i = 0; i < m_tensors.size(); ++i) {
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) {
     // parse_header already rejected duplicate keys; this is a second guard.
-    if (!m_index.emplace(m_tensors[i].name, i).second) {
-      fail(path, tensor_label(m_tensors[i].name) + " is declared twice (duplicate name)");
+    if (!out.index.emplace(out.tensors[i].name, i).second) {
+      fail(path, tensor_label(out.tensors[i].name) + " is declared twice (duplicate name)");
     }
   }
 }
 
 const TensorInfo* File::find(std::string_view name) const {
-  const auto it = m_index.find(name);
-  return it == m_index.end() ? nullptr : &m_tensors[it->second];
+  if (!m_header) return nullptr;
+  const auto it = m_header->index.find(name);
+  return it == m_header->index.end() ? nullptr : &m_header->tensors[it->second];
 }
 
 const std::byte* File::data(const TensorInfo& info) const {
