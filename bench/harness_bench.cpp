@@ -505,8 +505,8 @@ BENCHMARK(BM_AddressResolve)->Apply(address_sizes)->Unit(benchmark::kMillisecond
 // generated checkpoint's map through a RecordingStream, each copied into a parameter; with
 // written = 1 the loader first scales each tensor it is streamed in place, so that every record
 // is read again from the file (reread_from_file). ns per tensor; bench/run.sh holds both to
-// linearity from 1,000 to 100,000 tensors (a reread that parsed the header once per tensor made
-// the written load quadratic).
+// what the writes add per tensor (a reread that opened the file for each tensor made the written
+// load quadratic).
 void BM_RecordedLoad(benchmark::State& state) {
   gc::set_intra_op_threads(1);
   torch::NoGradGuard no_grad;

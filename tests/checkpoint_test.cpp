@@ -945,9 +945,9 @@ TEST_F(CheckpointFileTest, RecordsSettleAsTheLoadGoesAndTheirPagesLeaveTheReside
 }
 
 // The lifecycle's reread of a generated checkpoint (a record the loader wrote is read again):
-// the file is opened once for the load, not once per tensor (a header of n tensors parsed n times
-// made a load that writes every tensor quadratic). Seen here by what it serves: the file as it was
-// at the first call, even after the path names another file; and each tensor's own bytes.
+// the file is opened once for the load, not once per tensor (an open per tensor made a load that
+// writes every tensor quadratic). Seen here by what it serves: the file as it was when the reread
+// was made, even after the path names another file; and each tensor's own bytes.
 TEST_F(CheckpointFileTest, RereadOpensTheFileOnceForTheWholeLoad) {
   constexpr std::int64_t kElements = std::int64_t{1} << 20;  // 4 MiB each
   std::vector<NamedTensor> first, second;

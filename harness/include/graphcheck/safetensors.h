@@ -132,6 +132,8 @@ class File {
   ~File();
 
   [[nodiscard]] const std::string& path() const { return m_path; }
+  // tensors(), find()'s pointers and metadata() stay valid until this File is destroyed or
+  // assigned to (a move from it carries them along).
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const;
   // nullptr when no tensor has that name.
   [[nodiscard]] const TensorInfo* find(std::string_view name) const;

@@ -416,6 +416,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
   e.refit = refit;
   e.bucket = bucket.name;
   std::unique_ptr<WeightStream> stream_source;
+  RecordingStream::Reread reread;  // a written record read again from the file (one open per load)
   if (source.incoming) {
     for (const auto& name : source.incoming->names) {
       if (wanted(name)) e.expected.push_back(name);
@@ -436,6 +437,7 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     try {
       file = std::make_unique<SafetensorsWeightStream>(source.path, bucket.only, bucket.names,
                                                        source.generated ? StreamReads::mapped : StreamReads::copies);
+      reread = reread_from_file(source.path);
     } catch (const safetensors::Error& e) {
       throw UserError(e.what());
     }
@@ -461,10 +463,6 @@ void PassRun::load(bool refit, const LoadSource& source, const CycleStep::Bucket
     // for refits staged once (the model's staging of later chunks is not known here).
     const CycleStep* step = cycle_step(m_cycle);
     if (step && !step->pwal_per_bucket) poison_fill(PoisonFillEvent::Kind::staged, *step);
-  }
-  RecordingStream::Reread reread;
-  if (!source.tensors && !source.incoming) {
-    reread = reread_from_file(source.path);  // one open for the load, not one per tensor
   }
   RecordingStream stream(*stream_source, refit ? m_refit_weights : m_initial_weights, m_harness_seconds,
                          /*copy=*/source.tensors != nullptr || source.incoming != nullptr, std::move(reread),

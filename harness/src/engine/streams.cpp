@@ -7,8 +7,10 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 
 #include "counting_allocator.h"
@@ -112,6 +114,7 @@ std::vector<NamedTensor> RecordingStream::finish() {
     streamed.push_back(std::move(r.item));
   }
   m_recorded.clear();
+  m_reread = nullptr;  // every record is settled: its file goes now, not with the stream
   return streamed;
 }
 
@@ -160,14 +163,20 @@ std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const 
 }
 
 RecordingStream::Reread reread_from_file(std::string path) {
-  auto file = std::make_shared<std::optional<safetensors::File>>();
+  auto file = std::make_shared<const safetensors::File>(safetensors::File::open(path));
   return [path = std::move(path), file](const std::string& name) {
-    if (!file->has_value()) file->emplace(safetensors::File::open(path));
-    const safetensors::File& opened = **file;
-    const safetensors::TensorInfo* info = opened.find(name);
+    const safetensors::TensorInfo* info = file->find(name);
     if (info == nullptr) throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, path));
-    torch::Tensor copy = read_tensor(opened, *info);
-    if (info->nbytes() > 0) (void)safetensors::release_mapped_pages(opened.data(*info), info->nbytes());
+    torch::Tensor copy = read_tensor(*file, *info);
+    if (info->nbytes() > 0) {
+      // The pages the tensor touches, rounded outward: nothing else reads this map, and a
+      // neighbour read later faults its page in again from the page cache.
+      static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+      const auto begin = reinterpret_cast<std::uintptr_t>(file->data(*info));
+      const std::uintptr_t first = begin / page * page;
+      const std::uintptr_t last = (begin + info->nbytes() + page - 1) / page * page;
+      (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(first), last - first);
+    }
     return copy;
   };
 }

@@ -79,11 +79,13 @@ class RecordingStream final : public WeightStream {
 };
 
 // A RecordingStream's reread of a safetensors file: the named tensor, a fresh copy of the file's
-// bytes. The file is opened (its header parsed) at the first call and kept for the calls after,
-// so that a loader that writes every tensor it is streamed costs one open per load, not one per
-// tensor (a header of n tensors parsed n times made such a load quadratic: 2,000 tensors 0.4 s,
-// 4,000 2.0 s). What it serves is the file as it was at that first call. Each tensor's pages go
-// back to the page cache once read (Note [Released pages]).
+// bytes. The file is opened here, beside the stream's own open at the start of the load, and kept
+// for every call, so that a loader that writes every tensor it is streamed costs one open per
+// load, not one per tensor (an open per tensor, each copying or parsing a header of n tensors,
+// made such a load quadratic: 2,000 tensors 0.4 s, 4,000 2.0 s). What it serves is the file as it
+// was when the load began. The map is private and only read: each tensor's pages, those it shares
+// with a neighbour too, go back to the page cache once it is copied (Note [Released pages]).
+// Throws safetensors::Error where the file cannot be opened.
 RecordingStream::Reread reread_from_file(std::string path);
 
 // Yields a clone of each tensor of another stream, made as it is asked for. The pages of a source
