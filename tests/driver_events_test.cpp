@@ -970,16 +970,21 @@ TEST(StreamRecords, ALoaderThatWritesIntoOrKeepsWhatItIsStreamedLeavesTheRecords
   }
 }
 
+// The orders the stream-order pass loaded (its gc/stream_order/orders measurement); -1 without one.
+double stream_orders(const ScenarioRecord& r) {
+  for (const auto& m : r.measurements) {
+    if (m.tag == "gc/stream_order/orders") return m.value;
+  }
+  return -1;
+}
+
 // The stream-order pass's builds are spans of the trace, one per model it builds and loads (the
 // canonical order and each other order; the canonical one again only where an order differs),
 // each inside the pass's span, as model B's are.
 TEST(StreamOrderSpans, EachModelThePassBuildsIsASpanInsideThePass) {
   const ScenarioRecord r = run_scenario(tiny_scenario({"stream_order"}), options_with({}));
   ASSERT_EQ(r.status, Status::passed) << r.reason;
-  double orders = -1;
-  for (const auto& m : r.measurements) {
-    if (m.tag == "gc/stream_order/orders") orders = m.value;
-  }
+  const double orders = stream_orders(r);
   ASSERT_GT(orders, 0);
   const Span* pass = nullptr;
   std::vector<const Span*> builds;
@@ -1014,10 +1019,7 @@ TEST(StreamOrderSpans, TheCanonicalModelBuiltAgainBesideADifferingOrderIsNamedSo
   o.mutations = {"order_scale.combine_on_arrival"};
   const ScenarioRecord r = run_scenario(s, o);
   ASSERT_EQ(r.status, Status::failed) << r.reason;
-  double orders = -1;
-  for (const auto& m : r.measurements) {
-    if (m.tag == "gc/stream_order/orders") orders = m.value;
-  }
+  const double orders = stream_orders(r);
   ASSERT_GT(orders, 0);
   int builds = 0, again = 0;
   for (const auto& span : r.spans) {

@@ -455,8 +455,6 @@ MapRegistry& map_registry() {
 // shares what was kept rather than copying it: a copy of 100,000 names, their index and its
 // freeing made each open of a known header cost more per tensor the more tensors it had
 // (bench/harness_bench BM_RecordedLoad).
-using ValidatedHeader = File::Header;
-
 class HeaderCache {
  public:
   // Headers below this are parsed again: the comparison would save little. Above the second
@@ -465,7 +463,7 @@ class HeaderCache {
   static constexpr std::uint64_t kMaxBytes = std::uint64_t{32} << 20;
   static constexpr std::size_t kEntries = 4;
 
-  std::shared_ptr<const ValidatedHeader> find(std::uint64_t file_size, std::string_view text) {
+  std::shared_ptr<const File::Header> find(std::uint64_t file_size, std::string_view text) {
     std::lock_guard<std::mutex> lock(m_mutex);
     for (const auto& e : m_entries) {
       if (e->file_size == file_size && e->text.size() == text.size() &&
@@ -475,7 +473,7 @@ class HeaderCache {
     }
     return nullptr;
   }
-  void add(std::shared_ptr<const ValidatedHeader> entry) {
+  void add(std::shared_ptr<const File::Header> entry) {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_entries.insert(m_entries.begin(), std::move(entry));
     if (m_entries.size() > kEntries) m_entries.pop_back();
@@ -483,7 +481,7 @@ class HeaderCache {
 
  private:
   std::mutex m_mutex;
-  std::vector<std::shared_ptr<const ValidatedHeader>> m_entries;  // the latest first
+  std::vector<std::shared_ptr<const File::Header>> m_entries;  // the latest first
 };
 
 HeaderCache& header_cache() {
