@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -894,6 +895,7 @@ TEST(CheckpointMapping, TransposedEntryIsSeenInTheCheckpointsOrientation) {
   EXPECT_TRUE(torch::equal(whole.region_of(other), other.t()));
 }
 
+using graphcheck::testing::resident_kb_of_file;
 using graphcheck::testing::resident_kb_of_map;
 
 // Note [Settled as the load goes]: the records a loader let go settle while it streams, and
@@ -971,6 +973,30 @@ TEST_F(CheckpointFileTest, RereadOpensTheFileOnceForTheWholeLoad) {
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("'z' vanished from"), std::string::npos) << e.what();
   }
+}
+
+// The reread hands a run of neighbouring tensors' pages back in one call, once a tensor read lies
+// elsewhere, and its map goes with it: a load that writes every tensor does not keep the file
+// resident beside the model, nor fault a shared page in again for each neighbour.
+TEST_F(CheckpointFileTest, RereadHandsBackEachRunOfNeighboursOnceAReadLiesElsewhere) {
+  constexpr std::int64_t kElements = std::int64_t{1} << 20;  // 4 MiB each
+  std::vector<NamedTensor> tensors;
+  for (const char* name : {"a", "b", "c"}) tensors.push_back({name, torch::full({kElements}, 1.0F)});
+  const std::string path = std::filesystem::absolute(path_of("runs.safetensors")).string();
+  save_checkpoint(path, tensors, {}, st::Durability::scratch);
+  // The kernel maps up to 64 KiB around a faulting page (fault-around), at either edge of a run.
+  constexpr std::int64_t kSlackKb = 128;
+  auto reread = std::make_unique<engine::RecordingStream::Reread>(engine::reread_from_file(path));
+  (void)(*reread)("a");
+  EXPECT_GE(resident_kb_of_file(path), 4096 - kSlackKb);  // a's pages, copied, kept while its run lasts
+  (void)(*reread)("c");                            // not a's neighbour: a's run goes back
+  EXPECT_LE(resident_kb_of_file(path), 4096 + kSlackKb);
+  EXPECT_GE(resident_kb_of_file(path), 4096 - kSlackKb);
+  (void)(*reread)("b");  // c's neighbour: one run, b and c
+  EXPECT_GE(resident_kb_of_file(path), 8192 - kSlackKb);
+  EXPECT_LE(resident_kb_of_file(path), 8192 + kSlackKb);
+  reread.reset();
+  EXPECT_EQ(resident_kb_of_file(path), 0);
 }
 
 }  // namespace

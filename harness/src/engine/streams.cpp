@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -162,23 +163,57 @@ std::vector<NamedTensor> read_checkpoint_tensors(const std::string& path, const 
   return out;
 }
 
-RecordingStream::Reread reread_from_file(std::string path) {
-  auto file = std::make_shared<const safetensors::File>(safetensors::File::open(path));
-  return [path = std::move(path), file](const std::string& name) {
-    const safetensors::TensorInfo* info = file->find(name);
-    if (info == nullptr) throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, path));
-    torch::Tensor copy = read_tensor(*file, *info);
+namespace {
+
+// The reread's open file, and the pages it has copied but not handed back yet: a run of
+// neighbouring tensors goes back in one call, rounded outward, when the next tensor read lies
+// elsewhere, at every 64 MiB, and when the reread goes. Released one tensor at a time, a tensor
+// under a page gave back the page its neighbour was about to read, which faulted it in again:
+// 1 KiB tensors took 14.4 us each to reread, against 8 when the pages stayed till the load's end.
+class FileReread {
+ public:
+  explicit FileReread(std::string path) : m_path(std::move(path)), m_file(safetensors::File::open(m_path)) {}
+  ~FileReread() { release(); }
+  FileReread(const FileReread&) = delete;
+  FileReread& operator=(const FileReread&) = delete;
+
+  torch::Tensor read(const std::string& name) {
+    const safetensors::TensorInfo* info = m_file.find(name);
+    if (info == nullptr) throw std::logic_error(fmt::format("'{}' vanished from '{}'", name, m_path));
+    torch::Tensor copy = read_tensor(m_file, *info);
     if (info->nbytes() > 0) {
-      // The pages the tensor touches, rounded outward: nothing else reads this map, and a
-      // neighbour read later faults its page in again from the page cache.
+      // The map is private and only read here, so whole pages go, those shared with a
+      // neighbour too: a neighbour read later faults its page in again from the page cache.
       static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-      const auto begin = reinterpret_cast<std::uintptr_t>(file->data(*info));
+      const auto begin = reinterpret_cast<std::uintptr_t>(m_file.data(*info));
       const std::uintptr_t first = begin / page * page;
       const std::uintptr_t last = (begin + info->nbytes() + page - 1) / page * page;
-      (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(first), last - first);
+      if (first > m_end || last < m_begin || m_end - m_begin >= (std::uintptr_t{64} << 20)) {
+        release();
+        m_begin = first;
+      }
+      m_begin = std::min(m_begin, first);
+      m_end = std::max(m_end, last);
     }
     return copy;
-  };
+  }
+
+ private:
+  void release() noexcept {
+    if (m_end > m_begin) (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(m_begin), m_end - m_begin);
+    m_begin = m_end = 0;
+  }
+
+  std::string m_path;
+  safetensors::File m_file;
+  std::uintptr_t m_begin = 0, m_end = 0;  // copied pages not handed back yet
+};
+
+}  // namespace
+
+RecordingStream::Reread reread_from_file(std::string path) {
+  auto reread = std::make_shared<FileReread>(std::move(path));
+  return [reread](const std::string& name) { return reread->read(name); };
 }
 
 }  // namespace graphcheck::engine

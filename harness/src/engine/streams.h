@@ -83,8 +83,9 @@ class RecordingStream final : public WeightStream {
 // for every call, so that a loader that writes every tensor it is streamed costs one open per
 // load, not one per tensor (an open per tensor, each copying or parsing a header of n tensors,
 // made such a load quadratic: 2,000 tensors 0.4 s, 4,000 2.0 s). What it serves is the file as it
-// was when the load began. The map is private and only read: each tensor's pages, those it shares
-// with a neighbour too, go back to the page cache once it is copied (Note [Released pages]).
+// was when the load began. The map is private and only read: the pages of a run of neighbouring
+// tensors, those shared with a tensor outside the run too, go back to the page cache once the run
+// is copied, at the latest every 64 MiB and when the reread goes (Note [Released pages]).
 // Throws safetensors::Error where the file cannot be opened.
 RecordingStream::Reread reread_from_file(std::string path);
 
