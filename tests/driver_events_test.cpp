@@ -1030,5 +1030,60 @@ TEST(StreamOrderSpans, TheCanonicalModelBuiltAgainBesideADifferingOrderIsNamedSo
   EXPECT_EQ(again, 1);  // built once, kept for every later order that differs
 }
 
+// A model with a cache made with torch::empty that no load writes (a KV cache, a workspace): its
+// constructor leaves the build's own count in the memory the cache then takes, as a heap does
+// with a freed block, so that each build's cache holds other leftovers.
+class UninitialisedCacheModel final : public LifecycleModel {
+ public:
+  explicit UninitialisedCacheModel(const ModelConfig&) {
+    static int builds = 0;
+    {
+      torch::Tensor before = torch::full({4096}, static_cast<float>(++builds));
+      m_leftover = before.data_ptr();
+    }  // freed: the cache below is likely to take the same block
+    for (const char* name : {"a", "b", "w"}) m_module.register_parameter(name, torch::zeros({4, 4}), false);
+    m_cache = torch::empty({4096});
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return torch::matmul(x, m_module.named_parameters()["w"]);
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 4}, static_cast<double>(seed % 5) + 1.0);
+  }
+  std::vector<NamedTensor> extra_tensors() override { return {{"cache", m_cache}}; }
+  [[nodiscard]] bool reused_leftover() const { return m_cache.data_ptr() == m_leftover; }
+
+ private:
+  torch::nn::Module m_module;
+  torch::Tensor m_cache;
+  const void* m_leftover = nullptr;
+};
+GRAPHCHECK_REGISTER_MODEL("test_uninitialised_cache", [](const ModelConfig& c) {
+  return std::make_unique<UninitialisedCacheModel>(c);
+});
+
+// Note [Fresh memory alike in every build]: a cache no load writes holds leftovers that differ
+// from one build to the next; the stream-order pass takes none of that for an order the load
+// depends on.
+TEST(StreamOrderFreshMemory, ACacheMadeWithEmptyThatNoLoadWritesIsNoOrderFinding) {
+  {  // the premise: the cache takes the freed block, so its leftovers differ between builds
+    const auto model = ModelRegistry::get().find("test_uninitialised_cache")->factory(ModelConfig{});
+    ASSERT_TRUE(dynamic_cast<const UninitialisedCacheModel&>(*model).reused_leftover())
+        << "the allocator gave the cache another block: this test cannot show leftovers";
+  }
+  Scenario s;
+  s.name = "uninitialised-cache";
+  s.file = "cache.yaml";
+  s.fixture = "test_uninitialised_cache";
+  s.batch_sizes = {1};
+  s.checks = {"stream_order"};
+  const ScenarioRecord r = run_scenario(s, options_with({}));
+  EXPECT_GT(stream_orders(r), 0);
+  EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -64,6 +64,25 @@ TEST(Triage, OneRebindIsOneCauseLedByTheAddressFindingWithEveryProbeAgreeing) {
   EXPECT_EQ(c.repro, "graphcheck run scenarios/dsv4_mhc_refit.yaml --mutation mhc.rebind_broadcast");
 }
 
+// Two shards written to the same rows of a fused tensor, a third shard's rows left unwritten: the
+// census finds the unwritten rows, and the stream-order pass sees the tensor depend on which
+// shard arrives last. The unwritten shard is the cause the engineer fixes, named as the checkpoint
+// tensor whose rows they are.
+TEST(Triage, RowsNoLoadWroteLeadAnOrderDependenceOfTheSameTensor) {
+  gc::ScenarioRecord r;
+  const std::string t = "layers.0.qkv_proj.weight";
+  r.findings.push_back(finding("stream_order", "stream_order", 0, t, {{"tensor", t}, {"cause", "stream order"}}));
+  r.findings.push_back(finding("census", "census", 0, t,
+                               {{"tensor", t}, {"checkpoint_name", "layers.0.v_proj.weight"},
+                                {"load", "the initial checkpoint load"}}));
+  const auto causes = gc::session::triage(r, "");
+  ASSERT_EQ(causes.size(), 1u);
+  EXPECT_EQ(r.findings[causes.front().findings.front()].probe, "census");
+  EXPECT_EQ(causes.front().summary,
+            "`layers.0.v_proj.weight` is never written by the load (first: the initial checkpoint load) (the initial "
+            "load) — census, stream_order agree");
+}
+
 TEST(Triage, TwoBugsAreTwoCausesAndSymptomsJoinTheCauseOfTheirCycle) {
   gc::ScenarioRecord r;
   // A census survivor on the initial load, a rebind after refit 2, and a stale replay after it.

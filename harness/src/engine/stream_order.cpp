@@ -13,6 +13,7 @@
 // fingerprints of its live tensors, and is built again beside a variant only when that variant's
 // fingerprints differ, to say which elements differ and by how much.
 
+#include <ATen/Context.h>
 #include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -87,6 +88,36 @@ std::vector<std::pair<std::string, std::vector<std::size_t>>> stream_order_varia
   }
   return out;
 }
+
+// Note [Fresh memory alike in every build]: what a model never writes holds whatever its memory
+// held before: a KV cache or a workspace made with torch.empty, rows of a fused parameter no
+// shard fills. Each build of the pass gets other leftovers, so such bytes differ from one build to
+// the next whatever the order, and were reported as an order the load depends on, a false finding
+// on a clean model (a torch.empty KV cache) and the wrong cause for a load that never writes some
+// rows (the census's finding). While the pass builds, loads and runs PWAL, torch fills every
+// tensor it makes uninitialised (torch.empty and its kin, resize_'s new elements) with the same
+// value: NaN, or an integer type's largest value. That is torch's own mode for it
+// (use_deterministic_algorithms with fill_uninitialized_memory), on every device; it warns only
+// where an op has no deterministic implementation, and every build of the pass runs in it.
+class FreshMemoryAlike {
+ public:
+  FreshMemoryAlike()
+      : m_deterministic(at::globalContext().deterministicAlgorithms()),
+        m_warn_only(at::globalContext().deterministicAlgorithmsWarnOnly()),
+        m_fill(at::globalContext().deterministicFillUninitializedMemory()) {
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/m_deterministic ? m_warn_only : true);
+    at::globalContext().setDeterministicFillUninitializedMemory(true);
+  }
+  ~FreshMemoryAlike() {
+    at::globalContext().setDeterministicAlgorithms(m_deterministic, m_warn_only);
+    at::globalContext().setDeterministicFillUninitializedMemory(m_fill);
+  }
+  FreshMemoryAlike(const FreshMemoryAlike&) = delete;
+  FreshMemoryAlike& operator=(const FreshMemoryAlike&) = delete;
+
+ private:
+  bool m_deterministic, m_warn_only, m_fill;
+};
 
 // Live tensors of `variant` that differ from `canonical`'s, by name.
 std::vector<StreamOrderDelta> compare_live_after_orders(LifecycleModel& canonical, LifecycleModel& variant,
@@ -206,6 +237,7 @@ void PassRun::stream_order() {
     const Driver::SpanScope span(
         m_driver, open_span(again ? "stream-order model, canonical again" : "stream-order model", event.cycle, 0));
     torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
+    const FreshMemoryAlike alike;  // Note [Fresh memory alike in every build]
     const std::string what = fmt::format("stream-order model ({} order)", order);
     std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
     const auto load_stream = [&] {

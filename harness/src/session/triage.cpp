@@ -125,26 +125,30 @@ Names names_of(const Finding& f) {
   return n;
 }
 
-// Lower is more specific: what the primary finding of a cause is.
+// Lower is more specific: what the primary finding of a cause is. Where the census finds bytes
+// no load wrote in a tensor whose value also depends on the load's order, the unwritten part is
+// the cause (two shards written to the same rows, one shard's rows left unwritten: whichever
+// arrives last wins), and the census names the checkpoint tensor whose rows they are.
 int specificity(const Finding& f) {
   const std::string tag = evidence_of(f, "cause");
   if (f.probe == "driver" && f.subject == "model code") return 0;  // model code threw
-  if (f.probe == "driver") return 7;  // the driver's checks of what the model reported
+  if (f.probe == "driver") return 8;  // the driver's checks of what the model reported
   if (tag == "nondeterministic") return 1;
   if (tag == "host value baked" || tag == "frozen at capture") return 2;
-  if (f.probe == "stream_order" || f.probe == "transfer" || f.probe == "ranks") return 3;
+  if (f.probe == "transfer" || f.probe == "ranks") return 3;
   if (f.probe == "census") return 4;
-  if (f.probe == "address") return 5;
-  if (f.probe == "hooks") return 6;
-  if (f.probe == "init_count") return 7;
-  if (f.probe == "poison" && has_evidence(f, "tensor")) return 8;
-  if (f.probe == "replay_diff" && has_evidence(f, "tensors_differing_from_b")) return 9;
-  if (f.probe == "coverage") return 10;
-  if (f.probe == "harness" || f.probe == "repeat") return 11;
-  if (f.probe == "replay_diff") return 13;
-  if (f.probe == "poison") return 14;
-  if (f.probe == "memory") return 15;
-  return 12;  // a probe of a plugin
+  if (f.probe == "stream_order") return 5;
+  if (f.probe == "address") return 6;
+  if (f.probe == "hooks") return 7;
+  if (f.probe == "init_count") return 8;
+  if (f.probe == "poison" && has_evidence(f, "tensor")) return 9;
+  if (f.probe == "replay_diff" && has_evidence(f, "tensors_differing_from_b")) return 10;
+  if (f.probe == "coverage") return 11;
+  if (f.probe == "harness" || f.probe == "repeat") return 12;
+  if (f.probe == "replay_diff") return 14;
+  if (f.probe == "poison") return 15;
+  if (f.probe == "memory") return 16;
+  return 13;  // a probe of a plugin
 }
 
 // "layers.{0,1}.hc_attn_fn_broadcast": names that differ in their first numeric component only,
