@@ -47,7 +47,8 @@
 // capture_begin() into the same pool is refused ("already recording to mempool_id"). CaptureScope
 // ends what a capture that did not end cleanly left: the stream's capture, then the routing. (The
 // pool's use count that capture_begin() took stays taken: releasing it from outside could release
-// it twice; the pool lives as long as the backend anyway.)
+// it twice. The next capture, once no graph of that pool lives, takes a fresh pool: Note [A pool
+// per run of graphs], backends/cuda_parts.h.)
 
 namespace graphcheck {
 namespace {
@@ -58,11 +59,12 @@ using namespace cuda_parts;  // backends/cuda_parts.h
 
 class CudaGraph final : public CapturedGraph {
  public:
-  CudaGraph(CudaShared& shared, std::int64_t batch_size, std::unique_ptr<at::cuda::CUDAGraph> graph,
+  CudaGraph(CudaShared& shared, std::int64_t batch_size, PoolUse pool_use, std::unique_ptr<at::cuda::CUDAGraph> graph,
             TensorList inputs, TensorList outputs, std::vector<GraphRead> reads,
             LivenessLog liveness)
       : m_shared(shared),
         m_batch_size(batch_size),
+        m_pool_use(std::move(pool_use)),
         m_graph(std::move(graph)),
         m_inputs(std::move(inputs)),
         m_outputs(std::move(outputs)),
@@ -91,13 +93,13 @@ class CudaGraph final : public CapturedGraph {
     check_cuda(cudaStreamWaitEvent(m_shared.stream.stream(), ready, 0), "cudaStreamWaitEvent");
     {
       const c10::cuda::CUDAStreamGuard guard(m_shared.stream);
-      m_shared.begin_window("replay");
+      WindowScope window(m_shared, "replay", m_batch_size);
       PendingTiming t{"replay", m_batch_size, std::make_unique<EventTimer>()};
       t.timer->start(m_shared.stream.stream());
       m_graph->replay();
       t.timer->stop(m_shared.stream.stream());
       m_shared.timings.push_back(std::move(t));
-      m_shared.end_window("replay", m_batch_size);
+      window.close();
     }
     // Later work on the current stream (reading the outputs) waits for the replay.
     check_cuda(cudaEventRecord(ready, m_shared.stream.stream()), "cudaEventRecord");
@@ -107,6 +109,7 @@ class CudaGraph final : public CapturedGraph {
  private:
   CudaShared& m_shared;
   std::int64_t m_batch_size;
+  PoolUse m_pool_use;  // Note [A pool per run of graphs]
   std::unique_ptr<at::cuda::CUDAGraph> m_graph;
   TensorList m_inputs;
   TensorList m_outputs;
@@ -116,6 +119,7 @@ class CudaGraph final : public CapturedGraph {
 
 // One capture of the forward: the graph, its outputs, and the audit of its cudaGraph_t.
 struct Capture {
+  PoolUse pool_use;  // from capture_end()'s return (Note [A pool per run of graphs])
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   TensorList outputs;
   audit::AuditResult audit;
@@ -262,20 +266,28 @@ class CudaBackend final : public GraphBackend {
       const c10::cuda::CUDAStream side =
           c10::cuda::getStreamFromPool(false, m_shared.device.index());
       const c10::cuda::CUDAStreamGuard guard(side);
-      m_shared.begin_window("warm-up");
+      WindowScope window(m_shared, "warm-up", batch_size);
       PendingTiming t{"warm-up", batch_size, std::make_unique<EventTimer>()};
       t.timer->start(side.stream());
       for (int i = 0; i < 2; ++i) (void)model.forward_all(inputs);
       t.timer->stop(side.stream());
       m_shared.timings.push_back(std::move(t));
       check_cuda(cudaStreamSynchronize(side.stream()), "cudaStreamSynchronize");
-      m_shared.end_window("warm-up", batch_size);
+      window.close();
     }
 
     LivenessLog liveness;
-    m_shared.begin_window("capture");
-    Capture first = capture_once(model, inputs, batch_size, m_liveness ? &liveness : nullptr);
-    m_shared.end_window("capture", batch_size);
+    Capture first;
+    {
+      WindowScope window(m_shared, "capture", batch_size);
+      first = capture_once(model, inputs, batch_size, m_liveness ? &liveness : nullptr);
+      window.close();
+    }
+    // Note [Input liveness]: what the capture produced (in the graph's pool) is no input it
+    // depends on; those intermediates are freed once the capture ends.
+    std::erase_if(liveness.inputs, [&, pool = ranges(model, inputs)](const auto& in) {
+      return pool.classify(in.first) == audit::RangeKind::pool;
+    });
 
     std::vector<GraphRead> reads;
     if (m_audit && cuda_driver().missing.empty()) {
@@ -296,7 +308,7 @@ class CudaBackend final : public GraphBackend {
 #if GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH
     first.graph->instantiate();
 #endif
-    return std::make_unique<CudaGraph>(m_shared, batch_size, std::move(first.graph),
+    return std::make_unique<CudaGraph>(m_shared, batch_size, std::move(first.pool_use), std::move(first.graph),
                                        std::move(inputs), std::move(first.outputs),
                                        std::move(reads), std::move(liveness));
   }
@@ -312,7 +324,7 @@ class CudaBackend final : public GraphBackend {
 #endif
     const c10::cuda::CUDAStreamGuard guard(m_shared.stream);
     CaptureScope scope(c, m_shared);  // Note [Failed capture]: every way out below
-    c.graph->capture_begin(m_shared.pool);
+    c.graph->capture_begin(m_shared.pool_for_capture());
     try {
       std::optional<LivenessTracker> tracker;
       if (liveness) tracker.emplace(*liveness);
@@ -331,6 +343,7 @@ class CudaBackend final : public GraphBackend {
       try {
         c.graph->capture_end();
         scope.ended();
+        c.pool_use = PoolUse(m_shared.pool_graphs);
       } catch (const std::exception& e) {
         throw NotCapturable(
             fmt::format("CUDA graph capture at batch size {} failed: {}", batch_size, e.what()));

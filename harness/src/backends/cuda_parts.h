@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda_compat.h"
@@ -39,6 +40,7 @@
 // dtype, shape and a weak reference to its storage). It is a second opinion beside the pointer
 // audit: it sees what dispatched ops read (with dtypes and shapes the audit cannot know) but not
 // raw kernel launches, while the audit sees every kernel's parameters but only bare addresses.
+// The inputs the capture produced itself (they lie in the graph's pool) are dropped once it ends.
 // At replay, an input whose storage was freed is counted (gc/cuda/liveness/dead_inputs).
 
 // Note [Uncounted forwards]
@@ -237,17 +239,56 @@ struct PendingTiming {
   std::unique_ptr<EventTimer> timer;
 };
 
+// Note [A pool per run of graphs]: the graphs a backend captures share one private pool of the
+// caching allocator while any of them lives, as a server's graphs of every batch size do. The
+// allocator keeps a pool's use count (CUDACachingAllocator beginAllocateToPool or
+// create_or_incref_pool, releasePool), and a pool whose graphs are all gone is only marked
+// freeable: a capture into it later trips its internal assert (use_count > 0). A pass's graphs all
+// go when the pass ends, so the next capture after that takes a fresh pool.
+class PoolUse {
+ public:
+  PoolUse() = default;
+  explicit PoolUse(int& graphs) : m_graphs(&graphs) { ++graphs; }
+  PoolUse(PoolUse&& other) noexcept : m_graphs(std::exchange(other.m_graphs, nullptr)) {}
+  PoolUse& operator=(PoolUse&& other) noexcept {
+    if (this != &other) {
+      release();
+      m_graphs = std::exchange(other.m_graphs, nullptr);
+    }
+    return *this;
+  }
+  ~PoolUse() { release(); }
+  PoolUse(const PoolUse&) = delete;
+  PoolUse& operator=(const PoolUse&) = delete;
+
+ private:
+  void release() noexcept {
+    if (m_graphs) --*m_graphs;
+    m_graphs = nullptr;
+  }
+  int* m_graphs = nullptr;  // the live graphs of the shared pool
+};
+
 // What every graph of a backend shares: the device, the capture stream, the pool, and where
 // measurements go.
 struct CudaShared {
   c10::Device device{c10::kCUDA, 0};
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, 0);
   decltype(at::cuda::graph_pool_handle()) pool{};
+  int pool_graphs = 0;      // graphs captured into `pool` (capture_end() returned) still alive
+  bool pool_begun = false;  // a capture has begun into `pool`
   std::vector<BackendMeasurement> measurements;
   std::vector<PendingTiming> timings;
 #if GRAPHCHECK_HAS_CUPTI
   std::unique_ptr<CuptiCollector> cupti;
 #endif
+
+  // The pool for the next capture (Note [A pool per run of graphs]).
+  decltype(at::cuda::graph_pool_handle()) pool_for_capture() {
+    if (pool_begun && pool_graphs == 0) pool = at::cuda::graph_pool_handle();
+    pool_begun = true;
+    return pool;
+  }
 
   void measure(std::string tag, double value, std::string unit, std::string phase,
                std::int64_t batch) {
@@ -258,6 +299,18 @@ struct CudaShared {
     if (cupti) cupti->begin_window(name);
 #else
     (void)name;
+#endif
+  }
+  // Ends a window without reading it (a throw left it open): the next window would count its
+  // activity as its own.
+  void discard_window() noexcept {
+#if GRAPHCHECK_HAS_CUPTI
+    if (!cupti) return;
+    (void)cudaDeviceSynchronize();
+    try {
+      (void)cupti->end_window();
+    } catch (const std::exception&) {
+    }
 #endif
   }
   void end_window(const char* phase, std::int64_t batch) {
@@ -289,6 +342,30 @@ struct CudaShared {
     (void)batch;
 #endif
   }
+};
+
+// A CUPTI window that every way out closes: close() reads it, a throw discards it.
+class WindowScope {
+ public:
+  WindowScope(CudaShared& shared, const char* phase, std::int64_t batch)
+      : m_shared(shared), m_phase(phase), m_batch(batch) {
+    shared.begin_window(phase);
+  }
+  ~WindowScope() {
+    if (!m_closed) m_shared.discard_window();
+  }
+  WindowScope(const WindowScope&) = delete;
+  WindowScope& operator=(const WindowScope&) = delete;
+  void close() {
+    m_shared.end_window(m_phase, m_batch);
+    m_closed = true;
+  }
+
+ private:
+  CudaShared& m_shared;
+  const char* m_phase;
+  std::int64_t m_batch;
+  bool m_closed = false;
 };
 
 }  // namespace graphcheck::cuda_parts
