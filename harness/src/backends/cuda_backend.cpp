@@ -130,7 +130,8 @@ struct Capture {
 // Made after the CUDAStreamGuard to the capture stream (capture_end() checks the current stream).
 class CaptureScope {
  public:
-  CaptureScope(Capture& capture, const CudaShared& shared) : m_capture(capture), m_shared(shared) {}
+  CaptureScope(Capture& capture, const CudaShared& shared, cudaStream_t stream)
+      : m_capture(capture), m_shared(shared), m_stream(stream) {}
   ~CaptureScope() {
     if (!m_ended) abandon();
   }
@@ -140,7 +141,7 @@ class CaptureScope {
 
  private:
   void abandon() noexcept {
-    const cudaStream_t stream = m_shared.stream.stream();
+    const cudaStream_t stream = m_stream;
     // A forward that threw without invalidating the capture: capture_end() ends all of it.
     if (capturing(stream) && m_capture.graph) {
       try {
@@ -179,6 +180,7 @@ class CaptureScope {
 
   Capture& m_capture;
   const CudaShared& m_shared;
+  cudaStream_t m_stream;
   bool m_ended = false;
 };
 
@@ -187,6 +189,7 @@ class CudaBackend final : public GraphBackend {
   explicit CudaBackend(c10::DeviceIndex device) : m_meter(device) {
     m_shared.device = c10::Device(c10::kCUDA, device);
     m_shared.stream = c10::cuda::getStreamFromPool(false, device);
+    m_shared.confirm_stream = c10::cuda::getStreamFromPool(false, device);
     m_shared.pool = at::cuda::graph_pool_handle();
     m_audit = !env_off("GRAPHCHECK_AUDIT");
     m_liveness = !env_off("GRAPHCHECK_LIVENESS");
@@ -280,7 +283,7 @@ class CudaBackend final : public GraphBackend {
     Capture first;
     {
       WindowScope window(m_shared, "capture", batch_size);
-      first = capture_once(model, inputs, batch_size, m_liveness ? &liveness : nullptr);
+      first = capture_once(model, inputs, batch_size, m_liveness ? &liveness : nullptr, m_shared.stream);
       window.close();
     }
     // Note [Input liveness]: what the capture produced (in the graph's pool) is no input it
@@ -295,7 +298,9 @@ class CudaBackend final : public GraphBackend {
       std::vector<audit::AuditHit> kept;
       {
         const Uncounted uncounted(m_meter);  // Note [Uncounted forwards]
-        const Capture second = capture_once(model, inputs, batch_size, nullptr);
+        // On a stream of its own: a graph's reset() frees the cuBLAS workspaces of the stream it
+        // was captured on (recent libtorch, CUDAGraph.cpp), which `first` keeps reading.
+        const Capture second = capture_once(model, inputs, batch_size, nullptr, m_shared.confirm_stream);
         kept = audit::confirm(first.audit, second.audit);
       }  // `second` is gone before `uncounted`: its outputs' memory is uncounted too
       reads = to_reads(audit::reads_of(kept), liveness, nullptr);
@@ -315,15 +320,15 @@ class CudaBackend final : public GraphBackend {
 
  private:
   Capture capture_once(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size,
-                       LivenessLog* liveness) {
+                       LivenessLog* liveness, const c10::cuda::CUDAStream& stream) {
     Capture c;
 #if GRAPHCHECK_HAS_CUDAGRAPH_KEEP_GRAPH
     c.graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/true);
 #else
     c.graph = std::make_unique<at::cuda::CUDAGraph>();
 #endif
-    const c10::cuda::CUDAStreamGuard guard(m_shared.stream);
-    CaptureScope scope(c, m_shared);  // Note [Failed capture]: every way out below
+    const c10::cuda::CUDAStreamGuard guard(stream);
+    CaptureScope scope(c, m_shared, stream.stream());  // Note [Failed capture]: every way out below
     c.graph->capture_begin(m_shared.pool_for_capture());
     try {
       std::optional<LivenessTracker> tracker;
@@ -358,7 +363,7 @@ class CudaBackend final : public GraphBackend {
     if (m_audit && cuda_driver().missing.empty()) {
       cudaStreamCaptureStatus status{};
       cudaGraph_t g = nullptr;
-      check_cuda(cuda_compat::capturing_graph(m_shared.stream.stream(), &status, &g),
+      check_cuda(cuda_compat::capturing_graph(stream.stream(), &status, &g),
                  "cudaStreamGetCaptureInfo");
       if (status == cudaStreamCaptureStatusActive && g)
         c.audit = audit_cuda_graph(g, ranges(model, inputs));

@@ -274,6 +274,9 @@ class PoolUse {
 struct CudaShared {
   c10::Device device{c10::kCUDA, 0};
   c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, 0);
+  // The pointer audit's confirming capture (Note [Pointer audit]): its graph is dropped while the
+  // first lives, and the reset() of a graph frees its capture stream's cuBLAS workspaces.
+  c10::cuda::CUDAStream confirm_stream = c10::cuda::getStreamFromPool(false, 0);
   decltype(at::cuda::graph_pool_handle()) pool{};
   int pool_graphs = 0;      // graphs captured into `pool` (capture_end() returned) still alive
   bool pool_begun = false;  // a capture has begun into `pool`
