@@ -1,11 +1,13 @@
 // Event order: a recording probe against the expected list (begin events in probe order, end
 // events in reverse), and model failures becoming failed checks.
 
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 
 #include "graphcheck/checkpoint.h"
@@ -1030,17 +1032,10 @@ TEST(StreamOrderSpans, TheCanonicalModelBuiltAgainBesideADifferingOrderIsNamedSo
   EXPECT_EQ(again, 1);  // built once, kept for every later order that differs
 }
 
-// A model with a cache made with torch::empty that no load writes (a KV cache, a workspace): its
-// constructor leaves the build's own count in the memory the cache then takes, as a heap does
-// with a freed block, so that each build's cache holds other leftovers.
+// A model with a cache made with torch::empty that no load writes (a KV cache, a workspace).
 class UninitialisedCacheModel final : public LifecycleModel {
  public:
   explicit UninitialisedCacheModel(const ModelConfig&) {
-    static int builds = 0;
-    {
-      torch::Tensor before = torch::full({4096}, static_cast<float>(++builds));
-      m_leftover = before.data_ptr();
-    }  // freed: the cache below is likely to take the same block
     for (const char* name : {"a", "b", "w"}) m_module.register_parameter(name, torch::zeros({4, 4}), false);
     m_cache = torch::empty({4096});
   }
@@ -1054,25 +1049,49 @@ class UninitialisedCacheModel final : public LifecycleModel {
     return torch::full({b, 4}, static_cast<double>(seed % 5) + 1.0);
   }
   std::vector<NamedTensor> extra_tensors() override { return {{"cache", m_cache}}; }
-  [[nodiscard]] bool reused_leftover() const { return m_cache.data_ptr() == m_leftover; }
+  [[nodiscard]] const torch::Tensor& cache() const { return m_cache; }
 
  private:
   torch::nn::Module m_module;
   torch::Tensor m_cache;
-  const void* m_leftover = nullptr;
 };
 GRAPHCHECK_REGISTER_MODEL("test_uninitialised_cache", [](const ModelConfig& c) {
   return std::make_unique<UninitialisedCacheModel>(c);
 });
 
+// While it lives, every CPU block comes filled with a byte that changes from one block to the
+// next: the leftovers a reused heap block holds, made certain (glibc's reuse depends on the heap).
+// Installed at the counting allocator's priority (counting_allocator.cpp), which then wraps it.
+class DirtyCpuMemory final : public c10::Allocator {
+ public:
+  DirtyCpuMemory() : m_inner(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
+  ~DirtyCpuMemory() override { c10::SetCPUAllocator(m_inner, kPriority); }
+  DirtyCpuMemory(const DirtyCpuMemory&) = delete;
+  DirtyCpuMemory& operator=(const DirtyCpuMemory&) = delete;
+  c10::DataPtr allocate(std::size_t n) override {
+    c10::DataPtr p = m_inner->allocate(n);
+    if (n > 0) std::memset(p.get(), 0x40 + static_cast<int>(m_blocks++ % 64), n);
+    return p;
+  }
+  [[nodiscard]] c10::DeleterFnPtr raw_deleter() const override { return m_inner->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+ private:
+  static constexpr std::uint8_t kPriority = 200;
+  c10::Allocator* m_inner;
+  std::uint64_t m_blocks = 0;
+};
+
 // Note [Fresh memory alike in every build]: a cache no load writes holds leftovers that differ
 // from one build to the next; the stream-order pass takes none of that for an order the load
 // depends on.
 TEST(StreamOrderFreshMemory, ACacheMadeWithEmptyThatNoLoadWritesIsNoOrderFinding) {
-  {  // the premise: the cache takes the freed block, so its leftovers differ between builds
-    const auto model = ModelRegistry::get().find("test_uninitialised_cache")->factory(ModelConfig{});
-    ASSERT_TRUE(dynamic_cast<const UninitialisedCacheModel&>(*model).reused_leftover())
-        << "the allocator gave the cache another block: this test cannot show leftovers";
+  const DirtyCpuMemory dirty;
+  {  // the premise: two builds' caches hold different bytes
+    const auto one = ModelRegistry::get().find("test_uninitialised_cache")->factory(ModelConfig{});
+    const auto two = ModelRegistry::get().find("test_uninitialised_cache")->factory(ModelConfig{});
+    ASSERT_FALSE(torch::equal(dynamic_cast<const UninitialisedCacheModel&>(*one).cache(),
+                              dynamic_cast<const UninitialisedCacheModel&>(*two).cache()));
   }
   Scenario s;
   s.name = "uninitialised-cache";
@@ -1083,6 +1102,90 @@ TEST(StreamOrderFreshMemory, ACacheMadeWithEmptyThatNoLoadWritesIsNoOrderFinding
   const ScenarioRecord r = run_scenario(s, options_with({}));
   EXPECT_GT(stream_orders(r), 0);
   EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+}
+
+// ---- hooks on a partial refit (Note [Hooks on a partial refit]) --------------------------------
+
+// Two layers, each with a weight and a table PWAL derives from it through the hook 'derive'
+// (declared for every layer). "dirty": PWAL re-derives only the layers whose weight changed since
+// the last PWAL. "first_only": PWAL derives at the first load and never again (the bug).
+class DirtyFlagModel final : public LifecycleModel {
+ public:
+  explicit DirtyFlagModel(const ModelConfig& c) : m_mode(c.get_string("mode", "dirty")) {
+    for (const char* name : {"a", "b"}) {
+      auto layer = m_module.register_module(name, std::make_shared<torch::nn::Module>());
+      layer->register_parameter("w", torch::zeros({4, 4}), false);
+      layer->register_buffer("table", torch::zeros({4, 4}));
+      m_layers.push_back(layer);
+    }
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override {
+    torch::NoGradGuard no_grad;
+    GRAPHCHECK_HOOK(this, "settle");
+    for (std::size_t i = 0; i < m_layers.size(); ++i) {
+      torch::Tensor w = m_layers[i]->named_parameters()["w"];
+      const std::int64_t version = static_cast<std::int64_t>(w._version());
+      if (m_versions.size() <= i) m_versions.push_back(-1);
+      const bool derive = m_mode == "first_only" ? m_versions[i] < 0 : m_versions[i] != version;
+      m_versions[i] = version;
+      if (!derive) continue;
+      GRAPHCHECK_HOOK(m_layers[i].get(), "derive");
+      m_layers[i]->named_buffers()["table"].copy_(w * 2);
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    torch::Tensor y = x;
+    for (auto& layer : m_layers) y = torch::matmul(y, layer->named_buffers()["table"]);
+    return y;
+  }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 4}, static_cast<double>(seed % 5) + 1.0);
+  }
+  // "**": every module, which is not the model itself; "settle" is announced on the LifecycleModel
+  // and declared on the root module: both are the model.
+  [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
+    return {ExpectedHook("*", "derive"), ExpectedHook("**", "derive"), ExpectedHook("(root)", "settle")};
+  }
+
+ private:
+  std::string m_mode;
+  torch::nn::Module m_module;
+  std::vector<std::shared_ptr<torch::nn::Module>> m_layers;
+  std::vector<std::int64_t> m_versions;
+};
+GRAPHCHECK_REGISTER_MODEL("test_dirty_flag", [](const ModelConfig& c) { return std::make_unique<DirtyFlagModel>(c); });
+
+std::vector<std::string> hook_subjects(const ScenarioRecord& r) {
+  std::vector<std::string> out;
+  for (const Finding& f : r.findings) {
+    if (f.probe == "hooks") out.push_back(f.subject + " @ cycle " + std::to_string(f.cycle));
+  }
+  return out;
+}
+
+// A refit of layer b only: a PWAL that re-derives only what changed skips layer a, which is no
+// finding; one that never re-derives is still caught on layer b, the layer the refit streamed.
+// Wildcards match the model's modules, not the model, and a hook announced on the LifecycleModel
+// ran for "(root)".
+TEST(HooksOnAPartialRefit, AModuleTheRefitDidNotStreamNeedNotRunItsHooks) {
+  Scenario s;
+  s.name = "dirty-flag";
+  s.file = "dirty.yaml";
+  s.fixture = "test_dirty_flag";
+  s.batch_sizes = {1};
+  s.cycles = {RefitSpec{2, {"b."}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+  s.checks = {"hooks"};
+  const ScenarioRecord clean = run_scenario(s, options_with({}));
+  EXPECT_EQ(clean.status, Status::passed) << (clean.findings.empty() ? clean.reason : clean.findings[0].message);
+
+  s.config.set("mode", std::string("first_only"), "dirty.yaml:3:9");
+  const ScenarioRecord buggy = run_scenario(s, options_with({}));
+  // Once per pattern that names the module ("*" and "**").
+  EXPECT_EQ(hook_subjects(buggy),
+            (std::vector<std::string>{"derive on b @ cycle 1", "derive on b @ cycle 1", "derive on a @ cycle 2",
+                                      "derive on b @ cycle 2", "derive on a @ cycle 2", "derive on b @ cycle 2"}));
 }
 
 }  // namespace

@@ -40,8 +40,10 @@ _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()).keys())
 class ExpectedHook:
     """A lifecycle hook the model promises to run (the hooks probe checks it).
 
-    ``module``: a module path pattern ("layers.*", "**", "(root)" for the model itself);
-    ``on``: the loads it must run on; ``after``: hooks that must run before it in the same load.
+    ``module``: a module path pattern ("layers.*", "**" for every submodule, "(root)" for the
+    model itself, which no wildcard matches); ``on``: the loads it must run on (on a refit that
+    streams some prefixes only, a module none of whose tensors lies under them need not run it);
+    ``after``: hooks that must run before it in the same load.
     """
 
     module: str

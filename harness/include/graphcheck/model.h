@@ -193,7 +193,9 @@ struct ExpectedHook {
         after(std::move(after_hooks)) {}
 
   // Module path pattern: "layers.*.experts" ('*' one path component, "**" anything), "(root)"
-  // for module() itself, "(model)" for the LifecycleModel object.
+  // for module() itself, "(model)" for the LifecycleModel object (a hook announced on either ran
+  // on the model; wildcards match modules, never these two). On a refit that streams some
+  // prefixes only, a module none of whose tensors lies under them need not run it.
   std::string module;
   std::string hook;
   // Loads it must run on: "checkpoint", "dummy" (initial load formats) and "refit".

@@ -40,6 +40,28 @@ bool inside_forward(Phase phase) {
          phase == Phase::compare;
 }
 
+// The model itself has two paths: "(model)", the LifecycleModel (a C++ model's hooks announced
+// on `this`), and "(root)", its root module (a Python model's `graphcheck.hook(self, ...)`). A
+// hook that ran on either ran on the model.
+bool is_model_path(const std::string& path) { return path == "(model)" || path == "(root)"; }
+bool same_module(const std::string& a, const std::string& b) {
+  return a == b || (is_model_path(a) && is_model_path(b));
+}
+
+// Note [Hooks on a partial refit]: a refit that streams only some prefixes (an RL sync of the
+// layers a step changed) brings nothing new to a module none of whose tensors lies under them,
+// and a PWAL that re-derives only what changed (a dirty flag per module) rightly skips it. Such a
+// module is not required to run its hooks on that refit. A module is touched where a prefix
+// lies inside it or it lies inside a prefix (checkpoint names and module paths share their
+// module parts), and the model itself always is.
+bool touched_by(const std::string& module, const std::vector<std::string>& prefixes) {
+  if (prefixes.empty() || is_model_path(module)) return true;
+  const std::string inside = module + ".";
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) {
+    return inside.rfind(p, 0) == 0 || p.rfind(inside, 0) == 0;
+  });
+}
+
 std::string load_name(const Window& w) {
   if (w.kind == "refit") return fmt::format("refit cycle {}", w.cycle);
   return fmt::format("{} load", w.kind);
@@ -148,7 +170,9 @@ class HooksProbe final : public EmptyProbe {
       if (std::find(ex.on.begin(), ex.on.end(), w.kind) == ex.on.end()) continue;
       std::vector<std::string> matched;
       for (const auto& path : modules) {
-        if (path_matches(ex.module, path)) matched.push_back(path);
+        // The model's own paths are named, never matched by a wildcard: "*" and "**" mean its
+        // modules ("**" matched the model twice over, once per path, beside every module).
+        if (is_model_path(path) ? ex.module == path : path_matches(ex.module, path)) matched.push_back(path);
       }
       if (matched.empty()) {
         add(ctx, w, ex.hook,
@@ -158,11 +182,13 @@ class HooksProbe final : public EmptyProbe {
             {{"hook", ex.hook}, {"pattern", ex.module}});
         continue;
       }
+      const CycleStep* step = w.kind == "refit" ? ctx.cycle_step(w.cycle) : nullptr;
       for (const auto& module : matched) {
         const bool ran = std::any_of(w.calls.begin(), w.calls.end(), [&](const Call& c) {
-          return c.module == module && c.hook == ex.hook;
+          return same_module(c.module, module) && c.hook == ex.hook;
         });
         if (ran) continue;
+        if (step && !touched_by(module, step->prefixes)) continue;  // Note [Hooks on a partial refit]
         add(ctx, w, fmt::format("{} on {}", ex.hook, module),
             fmt::format("hook '{}' did not run for module '{}' on the {}: the loader calls "
                         "process_weights_after_loading() for every load format and every refit; "
