@@ -198,10 +198,13 @@ def test_a_scripted_submodule_is_the_emulated_backends_limit_not_a_model_bug():
     assert not record.findings, record.explain()
 
 
-def test_item_on_data_is_a_host_sync():
+def test_item_on_data_is_a_host_sync_at_its_line():
     record = graphcheck.check(Derived, scenario={"config": {"item_branch": True}})
     assert not record.passed
-    assert any("host sync" in f["message"] and "aten::item" in f["message"] for f in record.findings), record.explain()
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "self.proj.weight.sum().item() > 0" in text)
+    assert any("host sync" in f["message"] and f"aten::item ({__file__}:{line}) at batch size" in f["message"]
+               for f in record.findings), record.explain()
 
 
 @pytest.mark.parametrize("config", [{"rand_branch": True}, {"mask_assign": True}], ids=["rand-item", "mask-assign"])

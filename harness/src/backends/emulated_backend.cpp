@@ -55,6 +55,7 @@ class TracingForward {
 
 struct HostSyncLog {
   std::vector<std::string> ops;  // "aten::item", or "aten::item (inside aten::index)"
+  std::string where;             // the first one's place in a Python forward, "model.py:42"
   // The ops of the forward's own calls (not those aten ops make inside), innermost last.
   struct Frame {
     std::string name;
@@ -140,12 +141,26 @@ bool takes_shape_scalar(const at::RecordFunction& fn) {
 // capture problem.
 constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
 
+// Where a Python forward is now, as "model.py:42": the innermost frame of the tracer's Python
+// call stack outside torch's own package; "" for a C++ forward (the stack is empty).
+std::string python_source_now() {
+  for (const torch::jit::StackEntry& entry : torch::jit::tracer::pythonCallstack()) {
+    const std::shared_ptr<torch::jit::Source> source = entry.range.source();
+    if (!source || !source->filename()) continue;
+    const std::string& file = *source->filename();
+    if (file.find("/torch/") != std::string::npos) continue;
+    return fmt::format("{}:{}", file, source->starting_line_no());
+  }
+  return {};
+}
+
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   HostSyncLog* log = t_host_sync_log;
   if (!log) return nullptr;
   const char* name = fn.name();
   const bool top = log->stack.empty();
   if (is_host_sync_op(name)) {
+    const std::size_t before = log->ops.size();
     if (top) {
       if (!reads_shape_only(fn)) log->ops.emplace_back(name);  // Note [Shape-derived host reads]
     } else {
@@ -154,6 +169,7 @@ std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
       for (const char* op : kCudaNoSyncOps) exempt = exempt || outer.name == op;
       if (!exempt) log->ops.push_back(fmt::format("{} (inside {})", name, outer.name));
     }
+    if (before == 0 && !log->ops.empty()) log->where = python_source_now();
   }
   log->stack.push_back({name, top && takes_shape_scalar(fn)});
   return nullptr;
@@ -659,9 +675,10 @@ class EmulatedBackend final : public GraphBackend {
     }
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(
-          "forward calls {} at batch size {}: a host sync, which a CUDA graph cannot capture "
+          "forward calls {}{} at batch size {}: a host sync, which a CUDA graph cannot capture "
           "(the value would be frozen at capture time); keep the value on the device",
-          host_syncs.ops.front(), batch_size));
+          host_syncs.ops.front(), host_syncs.where.empty() ? "" : fmt::format(" ({})", host_syncs.where),
+          batch_size));
     }
     if (trace.outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
     for (auto& v : trace.outputs) {
