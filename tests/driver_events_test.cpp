@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -1186,6 +1187,53 @@ TEST(HooksOnAPartialRefit, AModuleTheRefitDidNotStreamNeedNotRunItsHooks) {
   EXPECT_EQ(hook_subjects(buggy),
             (std::vector<std::string>{"derive on b @ cycle 1", "derive on b @ cycle 1", "derive on a @ cycle 2",
                                       "derive on b @ cycle 2", "derive on a @ cycle 2", "derive on b @ cycle 2"}));
+}
+
+// ---- what holds a memory finding's bytes (Note [What holds the bytes]) ---------------------------
+
+// Keeps a copy of its weight from every PWAL, in a list the model exposes (extra_tensors()).
+class HistoryModel final : public LifecycleModel {
+ public:
+  explicit HistoryModel(const ModelConfig&) { m_module.register_parameter("w", torch::zeros({16, 16}), false); }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override { m_history.push_back(m_module.named_parameters()["w"].clone()); }
+  torch::Tensor forward(const torch::Tensor& x) override { return torch::matmul(x, m_module.named_parameters()["w"]); }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 16}, static_cast<double>(seed % 5) + 1.0);
+  }
+  std::vector<NamedTensor> extra_tensors() override {
+    std::vector<NamedTensor> out;
+    for (std::size_t i = 0; i < m_history.size(); ++i) out.push_back({"history." + std::to_string(i), m_history[i]});
+    return out;
+  }
+
+ private:
+  torch::nn::Module m_module;
+  std::vector<torch::Tensor> m_history;
+};
+GRAPHCHECK_REGISTER_MODEL("test_history", [](const ModelConfig& c) { return std::make_unique<HistoryModel>(c); });
+
+TEST(MemoryHolders, GrowthOverARefitNamesTheTensorThatHoldsIt) {
+  Scenario s;
+  s.name = "history";
+  s.file = "history.yaml";
+  s.fixture = "test_history";
+  s.batch_sizes = {1};
+  s.cycles = {RefitSpec{2, {}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+  s.checks = {"memory"};
+  const ScenarioRecord r = run_scenario(s, options_with({}));
+  const Finding* growth = nullptr;
+  for (const Finding& f : r.findings) {
+    if (f.subject == "live bytes across refit cycles" && f.cycle == 1) growth = &f;
+  }
+  ASSERT_NE(growth, nullptr) << (r.findings.empty() ? r.reason : r.findings[0].message);
+  EXPECT_NE(growth->message.find("allocated in it and still alive: history.1 (1024 bytes)"), std::string::npos)
+      << growth->message;
+  const auto held = std::find_if(growth->evidence.begin(), growth->evidence.end(),
+                                 [](const auto& kv) { return kv.first == "held_by"; });
+  ASSERT_NE(held, growth->evidence.end());
+  EXPECT_EQ(held->second, "history.1");
 }
 
 }  // namespace

@@ -140,6 +140,15 @@ std::int64_t CountingCpuAllocator::alive_since(std::uint64_t moment) const {
   return bytes;
 }
 
+std::vector<std::pair<const void*, std::size_t>> CountingCpuAllocator::blocks_alive_since(std::uint64_t moment) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  std::vector<std::pair<const void*, std::size_t>> out;
+  for (const auto& [data, entry] : m_alive) {
+    if (entry.serial > moment) out.emplace_back(data, entry.bytes);
+  }
+  return out;
+}
+
 std::int64_t CountingCpuAllocator::peak_bytes() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_peak;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace graphcheck {
 
@@ -60,6 +62,8 @@ class CountingCpuAllocator final : public c10::Allocator {
   [[nodiscard]] std::int64_t live_bytes() const;
   // Bytes of allocations made since `moment` that are still alive.
   [[nodiscard]] std::int64_t alive_since(std::uint64_t moment) const;
+  // Those allocations one by one: (data pointer, bytes).
+  [[nodiscard]] std::vector<std::pair<const void*, std::size_t>> blocks_alive_since(std::uint64_t moment) const;
   // Highest live_bytes() seen since the last reset_peak().
   [[nodiscard]] std::int64_t peak_bytes() const;
   void reset_peak();

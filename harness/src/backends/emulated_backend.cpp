@@ -473,6 +473,13 @@ class CpuMemoryMeter final : public MemoryMeter {
     return CountingCpuAllocator::instance().peak_bytes();
   }
   void reset_peak() override { CountingCpuAllocator::instance().reset_peak(); }
+  [[nodiscard]] std::vector<Block> blocks_alive_since(std::uint64_t moment) const override {
+    std::vector<Block> out;
+    for (const auto& [address, bytes] : CountingCpuAllocator::instance().blocks_alive_since(moment)) {
+      out.push_back({address, bytes});
+    }
+    return out;
+  }
 };
 
 class EmulatedBackend final : public GraphBackend {

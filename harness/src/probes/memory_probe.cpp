@@ -7,9 +7,15 @@
 // Tolerance: kToleranceBytes, reported with every verdict.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "address_index.h"
 #include "graphcheck/probe.h"
 
 namespace graphcheck {
@@ -81,15 +87,19 @@ class MemoryProbe final : public EmptyProbe {
     if (!m_last_refit_live) m_last_refit_live = f.live_begin;
     if (live - *m_last_refit_live > kToleranceBytes) {
       const std::int64_t growth = live - *m_last_refit_live;
+      const Holders held = holders(ctx, f.moment);  // Note [What holds the bytes]
+      std::vector<std::pair<std::string, std::string>> evidence = {
+          {"growth_bytes", std::to_string(growth)},
+          {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
+          {"live_bytes", std::to_string(live)},
+          {"tolerance_bytes", std::to_string(kToleranceBytes)}};
+      if (!held.names.empty()) evidence.emplace_back("held_by", held.names);
       ctx.fail(name(), e, "live bytes across refit cycles",
                fmt::format("live CPU bytes grew by {} over refit cycle {} ({} -> {} bytes, "
                            "tolerance {}): something is allocated anew on every refit and the old "
-                           "one is kept alive (often by a captured graph that still reads it)",
-                           growth, e.cycle, *m_last_refit_live, live, kToleranceBytes),
-               {{"growth_bytes", std::to_string(growth)},
-                {"previous_cycle_live_bytes", std::to_string(*m_last_refit_live)},
-                {"live_bytes", std::to_string(live)},
-                {"tolerance_bytes", std::to_string(kToleranceBytes)}});
+                           "one is kept alive (often by a captured graph that still reads it){}",
+                           growth, e.cycle, *m_last_refit_live, live, kToleranceBytes, held.text),
+               std::move(evidence));
     }
     m_last_refit_live = live;
   }
@@ -128,14 +138,53 @@ class MemoryProbe final : public EmptyProbe {
     return f;
   }
 
+  // Note [What holds the bytes]: the allocations a phase made that are still alive, each resolved
+  // to the tensor of model A it lies in (parameters, buffers, and the tensors modules hold in
+  // attributes, lists, dicts and closures), by name, largest first: the list a refit appends to,
+  // the cache forward rebuilt. "" where the meter keeps no blocks (device statistics).
+  struct Holders {
+    std::string text;     // "; allocated in it and still alive: x (8192 bytes), ..."
+    std::string names;    // "x, y"
+  };
+  Holders holders(RunContext& ctx, std::uint64_t moment) const {
+    const std::vector<MemoryMeter::Block> blocks = m_meter->blocks_alive_since(moment);
+    if (blocks.empty()) return {};
+    const AddressIndex index(ctx.live_tensors());
+    std::map<std::string, std::size_t> by_name;
+    std::size_t elsewhere = 0;
+    for (const MemoryMeter::Block& b : blocks) {
+      const std::optional<AddressHit> hit = index.resolve(b.address, 0);
+      if (hit) {
+        by_name[hit->name] += b.bytes;
+      } else {
+        elsewhere += b.bytes;
+      }
+    }
+    std::vector<std::pair<std::string, std::size_t>> held(by_name.begin(), by_name.end());
+    std::stable_sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    constexpr std::size_t kShown = 4;
+    std::vector<std::string> parts, names;
+    for (std::size_t i = 0; i < held.size() && i < kShown; ++i) {
+      parts.push_back(fmt::format("{} ({} bytes)", held[i].first, held[i].second));
+      names.push_back(held[i].first);
+    }
+    if (held.size() > kShown) parts.push_back(fmt::format("{} more tensors", held.size() - kShown));
+    if (elsewhere > 0) parts.push_back(fmt::format("{} bytes in no tensor model A holds", elsewhere));
+    return {fmt::format("; allocated in it and still alive: {}", fmt::join(parts, ", ")),
+            fmt::format("{}", fmt::join(names, ", "))};
+  }
+
   void report(RunContext& ctx, const PhaseEvent& e, std::string subject, std::string message,
               const Frame& f) {
-    ctx.fail(name(), e, std::move(subject), std::move(message),
-             {{"persistent_bytes", std::to_string(f.persistent)},
-              {"live_bytes_before", std::to_string(f.live_begin)},
-              {"live_bytes_after", std::to_string(f.live_end)},
-              {"peak_bytes", std::to_string(f.peak)},
-              {"tolerance_bytes", std::to_string(kToleranceBytes)}});
+    const Holders held = holders(ctx, f.moment);
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"persistent_bytes", std::to_string(f.persistent)},
+        {"live_bytes_before", std::to_string(f.live_begin)},
+        {"live_bytes_after", std::to_string(f.live_end)},
+        {"peak_bytes", std::to_string(f.peak)},
+        {"tolerance_bytes", std::to_string(kToleranceBytes)}};
+    if (!held.names.empty()) evidence.emplace_back("held_by", held.names);
+    ctx.fail(name(), e, std::move(subject), message + held.text, std::move(evidence));
   }
 
   MemoryMeter* m_meter = nullptr;

@@ -109,6 +109,17 @@ class MemoryMeter {
   // Highest live_bytes() since the last reset_peak().
   [[nodiscard]] virtual std::int64_t peak_bytes() const = 0;
   virtual void reset_peak() = 0;
+  // The allocations made since `moment` that are still alive, one by one, for a meter that keeps
+  // them (the CPU counter): what the memory probe resolves to the tensors holding them. Empty
+  // where the meter counts bytes only (device statistics).
+  struct Block {
+    const void* address = nullptr;
+    std::size_t bytes = 0;
+  };
+  [[nodiscard]] virtual std::vector<Block> blocks_alive_since(std::uint64_t moment) const {
+    (void)moment;
+    return {};
+  }
 };
 
 // A measurement a backend takes itself (GPU time from CUDA events, device memory, CUPTI counts,
