@@ -271,6 +271,25 @@ TEST_F(ReportFiles, FileReportersWriteAtomicallyAndNameTheFileOnFailure) {
   }
 }
 
+// A run that stops before its reports (a scenario that does not parse: exit 2) leaves none of an
+// earlier run's behind to be read as its own; files that are no report of this run stay.
+TEST_F(ReportFiles, ARunRemovesTheReportsAnEarlierRunLeftWhereItWritesItsOwn) {
+  const fs::path dir = m_dir;
+  for (const char* name : {"graphcheck.md", "junit.xml", "graphcheck.json", "mutants.md", "notes.txt"}) {
+    std::ofstream(dir / name) << "an earlier run's\n";
+  }
+  const std::string elsewhere = (dir / "elsewhere.html").string();
+  std::ofstream(elsewhere) << "an earlier run's\n";
+  const auto removed = gc::session::remove_previous_reports({{"json", "-"}, {"html", elsewhere}}, dir.string(), "graphcheck");
+  EXPECT_FALSE(fs::exists(dir / "graphcheck.md"));
+  EXPECT_FALSE(fs::exists(dir / "junit.xml"));
+  EXPECT_FALSE(fs::exists(elsewhere));           // at the path given
+  EXPECT_TRUE(fs::exists(dir / "graphcheck.json"));  // '-': this run writes no JSON
+  EXPECT_TRUE(fs::exists(dir / "mutants.md"));       // another run's
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  EXPECT_EQ(std::count(removed.begin(), removed.end(), elsewhere), 1);
+}
+
 // ---- views ---------------------------------------------------------------------------------
 
 TEST(ReportViews, SpansNestByTime) {

@@ -1,6 +1,7 @@
 # Runs the graphcheck CLI and checks its exit code, that its output contains each of EXPECT_OUT
 # (a ;-list) and none of EXPECT_NOT_OUT; with EXPECT_FILE, that the file exists and holds each of EXPECT_FILE_TEXT
-# (a ;-list). Used by the e2e.* tests.
+# (a ;-list); with STALE_REPORT and EXPECT_GONE, that a report written there before the run is
+# gone after it. Used by the e2e.* tests.
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}")
 if(MAKE_TRUNCATED)
@@ -17,6 +18,10 @@ if(MAKE_TRUNCATED)
   endif()
   file(READ "${SOURCE_DIR}/data/tiny_dsv4.yaml" yaml)
   file(WRITE "${WORKDIR}/truncated_checkpoint.yaml" "${yaml}checkpoint: truncated.safetensors\n")
+endif()
+if(DEFINED STALE_REPORT)
+  # A report an earlier run left where this one writes: EXPECT_GONE checks it is not left behind.
+  file(WRITE "${STALE_REPORT}" "an earlier run's report\n")
 endif()
 execute_process(COMMAND "${GC}" ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
@@ -46,4 +51,7 @@ if(DEFINED EXPECT_FILE)
       message(FATAL_ERROR "${EXPECT_FILE} lacks '${needle}': it holds\n${written}")
     endif()
   endforeach()
+endif()
+if(EXPECT_GONE AND EXISTS "${STALE_REPORT}")
+  message(FATAL_ERROR "graphcheck ${ARGS}: an earlier run's ${STALE_REPORT} is still there")
 endif()

@@ -77,6 +77,20 @@ struct ReportPaths {
     }
   }
 
+  // Before anything else can fail: the reports an earlier run left where this one writes its own
+  // go (a malformed --report is said later, by add_reporters()).
+  void remove_previous(const std::string& report_dir, const std::string& stem) const {
+    std::map<std::string, std::string> given;
+    for (const auto& [name, path] : paths) {
+      if (!path.empty()) given[name] = path;
+    }
+    for (const auto& spec : named) {
+      const auto eq = spec.find('=');
+      if (eq != std::string::npos && eq > 0 && eq + 1 < spec.size()) given[spec.substr(0, eq)] = spec.substr(eq + 1);
+    }
+    (void)gc::session::remove_previous_reports(given, report_dir, stem);
+  }
+
   // Adds a reporter for each path kept; false (after saying why) on an unknown reporter or a
   // malformed --report.
   bool add_reporters(gc::ReporterMux& mux, const std::string& report_dir, const std::string& stem) {
@@ -202,6 +216,7 @@ int finish(const gc::session::Plan& plan, const gc::session::Outcome& outcome, g
 }
 
 int cmd_run(RunArgs& args) {
+  args.reports.remove_previous(args.exec.resolved().report_dir, "graphcheck");
   const std::optional<gc::session::Selection> selection = select(args.paths, args.filter, args.exec);
   if (!selection) return kExitUsage;
   std::string error;
@@ -242,6 +257,7 @@ struct MutantsArgs {
 // run record (every report holds it) and is printed row by row as it is judged.
 int cmd_mutants(MutantsArgs& args) {
   const bool whole_suite = args.paths.empty() && args.filter.empty();
+  args.reports.remove_previous(args.exec.resolved().report_dir, "mutants");
   const std::optional<gc::session::Selection> selection = select(args.paths, args.filter, args.exec);
   if (!selection) return kExitUsage;
   const gc::session::ExecOptions exec = args.exec.resolved();

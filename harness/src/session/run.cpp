@@ -42,6 +42,33 @@ class RewriteThrottle {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> report_files(const std::map<std::string, std::string>& given,
+                                                             const std::string& report_dir, const std::string& stem) {
+  const ReporterRegistry& registry = ReporterRegistry::get();
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& name : registry.names()) {
+    const ReporterRegistry::Entry* entry = registry.find(name);
+    const auto it = given.find(name);
+    std::string path = it == given.end() ? "" : it->second;
+    if (path.empty() && entry->default_file) {
+      path = (std::filesystem::path(report_dir) / entry->default_file(stem)).string();
+    }
+    if (path.empty() || path == "-") continue;
+    files.emplace_back(name, std::move(path));
+  }
+  return files;
+}
+
+std::vector<std::string> remove_previous_reports(const std::map<std::string, std::string>& given,
+                                                 const std::string& report_dir, const std::string& stem) {
+  std::vector<std::string> removed;
+  for (const auto& [name, path] : report_files(given, report_dir, stem)) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec) && std::filesystem::remove(path, ec)) removed.push_back(path);
+  }
+  return removed;
+}
+
 std::optional<std::vector<std::string>> open_reporters(const std::map<std::string, std::string>& given,
                                                        const std::string& report_dir, const std::string& stem,
                                                        ReporterMux& into, std::string& error) {
@@ -52,15 +79,8 @@ std::optional<std::vector<std::string>> open_reporters(const std::map<std::strin
     return std::nullopt;
   }
   std::vector<std::string> written;
-  for (const auto& name : registry.names()) {
-    const ReporterRegistry::Entry* entry = registry.find(name);
-    const auto it = given.find(name);
-    std::string path = it == given.end() ? "" : it->second;
-    if (path.empty() && entry->default_file) {
-      path = (std::filesystem::path(report_dir) / entry->default_file(stem)).string();
-    }
-    if (path.empty() || path == "-") continue;
-    into.add(entry->factory(path));
+  for (const auto& [name, path] : report_files(given, report_dir, stem)) {
+    into.add(registry.find(name)->factory(path));
     written.push_back(path);
   }
   return written;

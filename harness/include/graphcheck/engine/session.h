@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphcheck/engine/driver.h"
@@ -217,6 +218,15 @@ class KillMatrixBuilder {
 // the path `given` for its name ("-": none), else with its default file in `report_dir` for a run
 // called `stem` ("graphcheck", "mutants"). Returns the paths to be written; nullopt, with `error`
 // naming the known reporters, when `given` names an unknown one.
+// The files a run called `stem` writes: (reporter, path) for each reporter with a path, as
+// open_reporters() picks them; names no reporter has are left out.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> report_files(
+    const std::map<std::string, std::string>& given, const std::string& report_dir, const std::string& stem);
+// Removes those of them that exist, before a run: a run that stops before writing its reports (a
+// scenario that does not parse, a model that does not import: exit 2) leaves no earlier run's
+// reports to be read as its own. Returns the paths removed.
+std::vector<std::string> remove_previous_reports(const std::map<std::string, std::string>& given,
+                                                 const std::string& report_dir, const std::string& stem);
 [[nodiscard]] std::optional<std::vector<std::string>> open_reporters(const std::map<std::string, std::string>& given,
                                                                      const std::string& report_dir,
                                                                      const std::string& stem, ReporterMux& into,
