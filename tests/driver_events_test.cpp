@@ -1236,5 +1236,52 @@ TEST(MemoryHolders, GrowthOverARefitNamesTheTensorThatHoldsIt) {
   EXPECT_EQ(held->second, "history.1");
 }
 
+// ---- a loader that derives per load_weights() call (Note [Stream order]) ------------------------
+
+// Derives `fused` from the head and the scale when a call brings the head, reading whatever scale
+// is live then; in one call the scale has arrived by the call's end, in a sync's buckets it may
+// come in a later call.
+class PerCallModel final : public LifecycleModel {
+ public:
+  explicit PerCallModel(const ModelConfig&) {
+    m_module.register_parameter("scale", torch::zeros({4}), false);
+    m_module.register_parameter("head", torch::zeros({4, 4}), false);
+    m_fused = torch::zeros({4, 4});
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override {
+    std::set<std::string> loaded = load_module_weights(*this, weights);
+    if (loaded.count("head")) m_fused.copy_(m_module.named_parameters()["head"] * m_module.named_parameters()["scale"]);
+    return loaded;
+  }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override { return torch::matmul(x, m_fused); }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
+    return torch::full({b, 4}, static_cast<double>(seed % 5) + 1.0);
+  }
+  std::vector<NamedTensor> extra_tensors() override { return {{"fused", m_fused}}; }
+
+ private:
+  torch::nn::Module m_module;
+  torch::Tensor m_fused;
+};
+GRAPHCHECK_REGISTER_MODEL("test_per_call", [](const ModelConfig& c) { return std::make_unique<PerCallModel>(c); });
+
+TEST(StreamOrderCalls, ATensorDerivedPerLoadWeightsCallIsAnOrderFindingWithTheCallsNamed) {
+  Scenario s;
+  s.name = "per-call";
+  s.file = "per_call.yaml";
+  s.fixture = "test_per_call";
+  s.batch_sizes = {1};
+  s.checks = {"stream_order"};
+  const ScenarioRecord r = run_scenario(s, options_with({}));
+  ASSERT_EQ(r.status, Status::failed) << r.reason;
+  ASSERT_EQ(r.findings.size(), 1u);
+  EXPECT_EQ(r.findings[0].subject, "fused");
+  EXPECT_NE(r.findings[0].message.find("streamed reversed, one load_weights() call per tensor leaves 1 live tensor"),
+            std::string::npos)
+      << r.findings[0].message;
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -6,8 +6,9 @@
 // name, RL weight sync in named_parameters() order, buckets sent as they fill. A loader that
 // combines tensors as they arrive (a weight with whatever scale is live at that moment) is right
 // in one order only. So the pass loads the same weights reversed, shuffled (seeded), by name, and
-// in contiguous buckets sent last first (a sharded checkpoint's files, a sync's buckets), and
-// compares every live tensor after PWAL with the canonical load's. Each model starts from the same
+// in contiguous buckets sent last first (a sharded checkpoint's files), and reversed again in
+// load_weights() calls of their own (a sync's buckets), and compares every live tensor after PWAL
+// with the canonical load's. Each model starts from the same
 // global RNG seed, so that randomness a model draws in its hooks is not taken for order. The
 // pass holds one model at a time while the orders agree: the canonical model leaves only the
 // fingerprints of its live tensors, and is built again beside a variant only when that variant's
@@ -50,20 +51,30 @@ std::string module_prefix_of(const std::string& name) {
   return dot == std::string::npos ? std::string() : name.substr(0, dot + 1);
 }
 
+// An order of the canonical stream, named, and how it is cut into load_weights() calls: the index
+// in `order` where each call after the first begins (none: one call).
+struct StreamOrder {
+  std::string name;
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> calls;
+};
+
 // The other orders of `canonical` (Note [Stream order]), each named; orders equal to the canonical
-// one or to an earlier one are left out.
-std::vector<std::pair<std::string, std::vector<std::size_t>>> stream_order_variants(const std::vector<NamedTensor>& canonical,
-                                                                          std::uint64_t seed) {
+// one or to an earlier one are left out. The last is the reversed order cut into load_weights()
+// calls, as an RL sync sends its buckets (one tensor a call up to kMaxCalls tensors, else
+// kMaxCalls calls): a loader that derives a tensor from what one call brings (the norm it sees
+// when the head arrives) depends on which call brings what.
+std::vector<StreamOrder> stream_order_variants(const std::vector<NamedTensor>& canonical, std::uint64_t seed) {
   const std::size_t n = canonical.size();
-  std::vector<std::pair<std::string, std::vector<std::size_t>>> out;
+  std::vector<StreamOrder> out;
   std::vector<std::size_t> identity(n);
   for (std::size_t i = 0; i < n; ++i) identity[i] = i;
-  const auto add = [&](std::string name, std::vector<std::size_t> order) {
-    if (order == identity) return;
+  const auto add = [&](std::string name, std::vector<std::size_t> order, std::vector<std::size_t> calls = {}) {
+    if (order == identity && calls.empty()) return;
     for (const auto& o : out) {
-      if (o.second == order) return;
+      if (o.order == order && o.calls == calls) return;
     }
-    out.emplace_back(std::move(name), std::move(order));
+    out.push_back({std::move(name), std::move(order), std::move(calls)});
   };
   add("reversed", std::vector<std::size_t>(identity.rbegin(), identity.rend()));
   {
@@ -85,6 +96,15 @@ std::vector<std::pair<std::string, std::vector<std::size_t>>> stream_order_varia
       for (std::size_t i = k * n / buckets; i < (k + 1) * n / buckets; ++i) grouped.push_back(i);
     }
     add(fmt::format("in {} contiguous buckets, the last first", buckets), std::move(grouped));
+  }
+  if (n >= 2) {
+    constexpr std::size_t kMaxCalls = 16;
+    const std::size_t count = std::min(n, kMaxCalls);
+    std::vector<std::size_t> calls;
+    for (std::size_t c = 1; c < count; ++c) calls.push_back(c * n / count);
+    add(count == n ? std::string("reversed, one load_weights() call per tensor")
+                   : fmt::format("reversed, in {} load_weights() calls", count),
+        std::vector<std::size_t>(identity.rbegin(), identity.rend()), std::move(calls));
   }
   return out;
 }
@@ -232,7 +252,8 @@ void PassRun::stream_order() {
   UncountedScope uncounted;  // the pass's own models, no memory check here
   FlagScope quiet(m_quiet);
   // `again`: the canonical model built a second time, beside an order that differs.
-  const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order, bool again) {
+  const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order, bool again,
+                         const std::vector<std::size_t>& calls = {}) {
     // Each build a span of its own in the trace, as model B's: the pass's time is these builds.
     const Driver::SpanScope span(
         m_driver, open_span(again ? "stream-order model, canonical again" : "stream-order model", event.cycle, 0));
@@ -241,10 +262,18 @@ void PassRun::stream_order() {
     const std::string what = fmt::format("stream-order model ({} order)", order);
     std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
     const auto load_stream = [&] {
-      TensorListWeightStream list(stream_order, fmt::format("{}, {} order", event.source, order));
-      CloningStream stream(list);  // a loader that keeps what it is streamed shares nothing
-      m_phase = Phase::load;
-      call_model(Phase::load, fmt::format("{} load_weights()", what), [&] { return model->load_weights(stream); });
+      std::vector<std::size_t> starts = {0};
+      starts.insert(starts.end(), calls.begin(), calls.end());
+      starts.push_back(stream_order.size());
+      for (std::size_t c = 0; c + 1 < starts.size(); ++c) {
+        const std::vector<NamedTensor> part(stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c]),
+                                            stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c + 1]));
+        const std::string call = starts.size() > 2 ? fmt::format(", call {} of {}", c + 1, starts.size() - 1) : "";
+        TensorListWeightStream list(part, fmt::format("{}, {} order{}", event.source, order, call));
+        CloningStream stream(list);  // a loader that keeps what it is streamed shares nothing
+        m_phase = Phase::load;
+        call_model(Phase::load, fmt::format("{} load_weights(){}", what, call), [&] { return model->load_weights(stream); });
+      }
     };
     if (refit) {
       load_dummy(*model, m_driver.seed());
@@ -282,7 +311,7 @@ void PassRun::stream_order() {
   const std::map<std::string, std::string> canonical_prints = prints_of(*canonical);
   canonical.reset();  // one model at a time while the orders agree
   support::release_free_memory();
-  for (const auto& [name, order] : variants) {
+  for (const auto& [name, order, calls] : variants) {
     StreamOrderVariant v;
     v.order = name;
     std::vector<NamedTensor> stream_order;
@@ -291,7 +320,7 @@ void PassRun::stream_order() {
       stream_order.push_back(weights[i]);
       v.names.push_back(weights[i].name);
     }
-    std::unique_ptr<LifecycleModel> model = build(stream_order, name, false);
+    std::unique_ptr<LifecycleModel> model = build(stream_order, name, false, calls);
     if (prints_of(*model) != canonical_prints) {
       if (!canonical) canonical = build(weights, "canonical", /*again=*/true);
       v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
