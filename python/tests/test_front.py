@@ -387,3 +387,38 @@ def test_a_users_own_trace_keeps_the_sources_torch_records(python_env, tmp_path)
                          text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "same sources 5" in out.stdout, out.stdout
+
+
+class _SglangStyle(torch.nn.Module):
+    """load_weights() returns None, as SGLang's models do; `skip` names a tensor it takes from
+    the stream and never writes."""
+
+    def __init__(self, hidden=8, skip=""):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, hidden, bias=False).requires_grad_(False)
+        self.down = torch.nn.Linear(hidden, hidden, bias=False).requires_grad_(False)
+        self.hidden, self.skip = hidden, skip
+
+    def load_weights(self, weights):
+        params = dict(self.named_parameters())
+        for name, tensor in weights:
+            if name != self.skip:
+                params[name].copy_(tensor)
+
+    def process_weights_after_loading(self):
+        pass
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+    def make_inputs(self, batch_size, seed):
+        return torch.randn(batch_size, self.hidden, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_load_weights_that_returns_none_reports_what_it_took_from_the_stream():
+    record = graphcheck.check(_SglangStyle)
+    assert record.passed, record.explain()
+    skipped = graphcheck.check(_SglangStyle, scenario={"config": {"skip": "down.weight"}})
+    assert not skipped.passed
+    census = [f for f in skipped.findings if f["probe"] == "census"]
+    assert census and census[0]["subject"] == "down.weight", skipped.explain()
