@@ -83,6 +83,22 @@ TEST(Triage, RowsNoLoadWroteLeadAnOrderDependenceOfTheSameTensor) {
             "load) — census, stream_order agree");
 }
 
+// A branch decided on the host from a loaded value and frozen at capture: after the refit the
+// replay ignores the value eager now reads, which coverage sees. That is the frozen branch's
+// symptom, not a stale copy: one cause, led by the frozen branch.
+TEST(Triage, WhatTheReplayIgnoresUnderAFrozenBranchIsThatBranchsSymptom) {
+  gc::ScenarioRecord r;
+  r.findings.push_back(finding("replay_diff", "observe", 1, "replay vs eager(A)",
+                               {{"cause", "frozen at capture"}, {"divergence", "the first added: aten::div"}}, 1));
+  r.findings.push_back(finding("coverage", "coverage", 1, "cap", {{"tensor", "cap"}, {"replay_changed", "no"}}, 1));
+  r.findings.push_back(finding("coverage", "coverage", 2, "scale", {{"tensor", "scale"}, {"replay_changed", "no"}}, 1));
+  const auto causes = gc::session::triage(r, "");
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(r.findings[causes[0].findings.front()].probe, "replay_diff");
+  EXPECT_EQ(causes[0].findings.size(), 2u);  // the frozen branch and the coverage gap of its cycle
+  EXPECT_EQ(causes[1].subject, "scale");      // cycle 2's replay is not frozen: a cause of its own
+}
+
 TEST(Triage, TwoBugsAreTwoCausesAndSymptomsJoinTheCauseOfTheirCycle) {
   gc::ScenarioRecord r;
   // A census survivor on the initial load, a rebind after refit 2, and a stale replay after it.

@@ -40,8 +40,9 @@ class CoverageProbe final : public EmptyProbe {
       ctx.fail(name(), e, t,
                fmt::format("eager(A) depends on '{}' but the graph replayed at batch size {} does "
                            "not ({}): perturbing the live tensor in place changes eager and leaves "
-                           "the replay unchanged, so the graph reads a copy or a stale tensor; "
-                           "update the tensor in place with copy_() instead of replacing it",
+                           "the replay unchanged, so the graph reads a copy or a stale tensor "
+                           "(update the tensor in place with copy_() instead of replacing it), or "
+                           "the capture froze a branch that does not read it",
                            t, e.batch_size, when),
                {{"tensor", t}, {"eager_changed", "yes"}, {"replay_changed", "no"}, {"method", method}});
     }

@@ -428,6 +428,29 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
     }
   }
 
+  // Note [A frozen branch explains what the replay ignores]: a capture that froze a branch the
+  // forward decided on the host replays a path that need not read a tensor eager reads now. So
+  // coverage's "eager depends on x, the replay does not", in a cycle whose replay is frozen at
+  // capture, is that branch's symptom, not a stale copy of x: a group made of such coverage
+  // findings only joins the frozen cause of its cycle, which leads.
+  {
+    std::map<int, std::size_t> frozen_in;  // cycle -> its first frozen-at-capture finding
+    for (std::size_t i = 0; i < n; ++i) {
+      if (evidence_of(findings[i], "cause") == "frozen at capture") frozen_in.try_emplace(findings[i].cycle, i);
+    }
+    std::map<std::size_t, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < n && !frozen_in.empty(); ++i) {
+      if (is_strong(i)) groups[find(i)].push_back(i);
+    }
+    for (const auto& [root, members] : groups) {
+      const bool ignored_under_frozen = std::all_of(members.begin(), members.end(), [&](std::size_t i) {
+        return findings[i].probe == "coverage" && evidence_of(findings[i], "replay_changed") == "no" &&
+               frozen_in.count(findings[i].cycle);
+      });
+      if (ignored_under_frozen) unite(root, frozen_in.at(findings[members.front()].cycle));
+    }
+  }
+
   // Weak-only findings: to a strong group that names one of their tensors, or whose hook's module
   // holds one; else together by their tensors.
   {
