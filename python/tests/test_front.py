@@ -422,3 +422,38 @@ def test_a_load_weights_that_returns_none_reports_what_it_took_from_the_stream()
     assert not skipped.passed
     census = [f for f in skipped.findings if f["probe"] == "census"]
     assert census and census[0]["subject"] == "down.weight", skipped.explain()
+
+
+class _CausalAttention(torch.nn.Module):
+    """Self-attention whose causal flag comes from the sequence length, as serving code writes
+    it; `convert` passes bool(...) instead."""
+
+    def __init__(self, hidden=8, convert=False):
+        super().__init__()
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden, bias=False).requires_grad_(False)
+        self.hidden, self.convert = hidden, convert
+
+    def load_weights(self, weights):
+        return graphcheck.default_load_weights(self, weights)
+
+    def process_weights_after_loading(self):
+        pass
+
+    def forward(self, x):
+        seq_len = x.shape[1]
+        q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
+        causal = bool(seq_len > 1) if self.convert else seq_len > 1
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).squeeze(1)
+
+    def make_inputs(self, batch_size, seed):
+        return torch.randn(batch_size, 3, self.hidden, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_shape_passed_where_an_op_takes_a_bool_is_the_emulated_backends_limit_not_a_finding():
+    record = graphcheck.check(_CausalAttention)
+    assert record.exit_code == 2 and record.status == "error", record.explain()
+    reason = record.data["reason"]
+    assert "argument 'is_causal' must be bool, not Tensor" in reason and "--backend cuda" in reason, reason
+    assert not record.findings, record.explain()
+    converted = graphcheck.check(_CausalAttention, scenario={"config": {"convert": True}})
+    assert converted.passed, converted.explain()

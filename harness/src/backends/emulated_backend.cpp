@@ -660,6 +660,28 @@ class EmulatedBackend final : public GraphBackend {
         module));
   }
 
+  // Note [Shapes are tensors under the tracer]: under torch.jit's tracer a Python `x.shape[i]`
+  // is a 0-dim tensor, so a forward that passes a value derived from a shape where an op takes a
+  // plain bool, int or float (`is_causal=seq_len > 1` to scaled_dot_product_attention) fails
+  // with a TypeError ("argument 'is_causal' must be bool, not Tensor") that eager never raises.
+  // A CUDA graph captures that forward: the backend's limit, told as such, with the two ways on.
+  static void refuse_shape_argument(const std::exception& e) {
+    const std::string text = e.what();
+    const std::size_t at = text.find("argument '");
+    const std::size_t tail = text.find(", not Tensor", at == std::string::npos ? 0 : at);
+    if (at == std::string::npos || tail == std::string::npos || text.find(" must be ", at) > tail) return;
+    const std::size_t line_start = text.rfind('\n', at);
+    const std::size_t from = line_start == std::string::npos ? 0 : line_start + 1;
+    const std::string what = text.substr(from, tail + 12 - from);  // "TypeError: op(): argument 'x' must be bool, not Tensor"
+    throw BackendLimit(fmt::format(
+        "the emulated backend cannot capture this forward: {} (under torch.jit's tracer, which "
+        "the emulated backend captures with, x.shape[i] is a 0-dim tensor, and a value computed "
+        "from it went where the op takes a plain number or bool; eager runs it). A CUDA graph "
+        "captures it: check this model with --backend cuda on a GPU, or convert that value "
+        "(bool(...), int(...): a shape read back is no host sync here)",
+        what));
+  }
+
   static Trace trace_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
     torch::jit::Stack stack(inputs.begin(), inputs.end());
     HostSyncLog host_syncs;
@@ -677,6 +699,7 @@ class EmulatedBackend final : public GraphBackend {
         std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
       } catch (const std::exception& e) {
         refuse_scripted_module_call(e);
+        refuse_shape_argument(e);
         throw;
       }
     }
