@@ -895,6 +895,22 @@ TEST(CheckpointMapping, TransposedEntryIsSeenInTheCheckpointsOrientation) {
   EXPECT_TRUE(torch::equal(whole.region_of(other), other.t()));
 }
 
+// Note [A live tensor under a checkpoint name]: a staging parameter the model registers under a
+// checkpoint name its mapping gives to a shard of another tensor (stage_for_refit(): the loader
+// writes the checkpoint's layout, PWAL folds it into the kernel's) is where that name loads while
+// it exists; the kernel tensor's other shards stay mapped.
+TEST(CheckpointMapping, AStagingTensorUnderACheckpointNameTakesItWhileItExists) {
+  StackedModel model({transposed_shard("qkv_t", "qkv"), {"o_rows", "o", 0, 0, 1, -1, {1, 0}}});
+  const torch::Tensor staging = model.m_module.register_parameter("qkv_t", torch::zeros({2, 6}), false);
+  const auto layout = checkpoint_layout(model);
+  std::vector<std::string> entries;
+  for (const auto& e : layout) entries.push_back(e.checkpoint + " -> " + e.live);
+  EXPECT_EQ(entries, (std::vector<std::string>{"o_rows -> o", "qkv_t -> qkv_t"}));
+  for (const auto& e : layout) {
+    if (e.checkpoint == "qkv_t") EXPECT_EQ(e.region.data_ptr(), staging.data_ptr());
+  }
+}
+
 using graphcheck::testing::resident_kb_of_file;
 using graphcheck::testing::resident_kb_of_map;
 

@@ -397,7 +397,15 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
 
   std::vector<CheckpointEntry> out;
   std::set<std::string> seen_live;
-  for (auto& t : checkpoint_tensors(model)) {
+  std::vector<NamedTensor> tensors = checkpoint_tensors(model);
+  // Note [A live tensor under a checkpoint name]: a tensor the model registers under a name its
+  // mapping gives to a shard of another (a staging parameter in the checkpoint's layout, made by
+  // stage_for_refit() for a loader to write and PWAL to fold into the kernel's tensor) is where
+  // that checkpoint tensor loads while it exists: the shard is left out of the layout then, and
+  // the poison, the census and the synthesis see the staging tensor, not the kernel's.
+  std::set<std::string> live_names;
+  for (const auto& t : tensors) live_names.insert(t.name);
+  for (auto& t : tensors) {
     seen_live.insert(t.name);
     auto it = by_live.find(t.name);
     if (it == by_live.end()) {
@@ -411,6 +419,7 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
     // The ranges taken so far, per expert (-1: the whole tensor).
     std::map<std::int64_t, std::vector<std::pair<std::int64_t, std::int64_t>>> taken;
     for (const CheckpointShard* given : it->second) {
+      if (given->checkpoint != t.name && live_names.count(given->checkpoint)) continue;  // Note above
       CheckpointShard whole;  // kWhole resolved against the live tensor
       const CheckpointShard* shard = given;
       if (given->size == CheckpointShard::kWhole) {
