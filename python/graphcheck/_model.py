@@ -6,7 +6,8 @@ nothing here runs while the engine works.
 
 The contract mirrors vLLM's model code:
 
-* required: ``load_weights(weights) -> set[str]``, ``process_weights_after_loading()``,
+* required: ``load_weights(weights) -> set[str]`` (or None, as SGLang's: the names it took
+  from the stream), ``process_weights_after_loading()``,
   ``forward(*inputs)``, ``make_inputs(batch_size, seed)``;
 * optional: ``checkpoint_mapping()`` (or vLLM's ``stacked_params_mapping``), ``extra_tensors()``,
   ``expected_hooks()``, ``load_dummy_weights(seed)``, ``stage_for_refit()``,
@@ -105,6 +106,8 @@ class _TakenNames:
         return item
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_weights":  # not set yet (a copy made without __init__)
+            raise AttributeError(name)
         return getattr(self._weights, name)
 
 
@@ -124,7 +127,7 @@ class ModelAdapter:
         if missing:
             raise ContractError(
                 f"{type(model).__name__} ({source}) lacks {', '.join(m + '()' for m in missing)}: "
-                "a graphcheck model implements load_weights(weights) -> set[str], "
+                "a graphcheck model implements load_weights(weights) -> set[str] (or None), "
                 "process_weights_after_loading(), forward(*inputs) and make_inputs(batch_size, seed)")
         self.model = model
         self.source = source

@@ -107,3 +107,13 @@ def test_a_kv_cache_made_with_empty_that_no_load_writes_is_no_finding():
     # order had written them (Note [Fresh memory alike in every build]).
     record = graphcheck.check(_KvCacheModel)
     assert record.passed, record.explain()
+
+
+def test_a_cpp_forward_run_from_python_names_no_line_of_the_front():
+    # The innermost Python frame of a C++ fixture's forward is graphcheck's own (the CLI's): no
+    # place in the model, so no source line.
+    record = graphcheck.check(None, SCENARIOS.parent / "llama_checkpoint.yaml", mutations=["llama.branch_on_data_ptr"])
+    frozen = [f for f in record.findings if (f.get("evidence") or {}).get("cause") == "frozen at capture"]
+    assert frozen, record.explain()
+    for f in frozen:
+        assert "graphcheck/_" not in f["message"] and not f["evidence"].get("source"), f["message"]

@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "address_index.h"
 #include "host_sync_ops.h"
@@ -141,15 +142,26 @@ bool takes_shape_scalar(const at::RecordFunction& fn) {
 // capture problem.
 constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
 
+// Whether a Python file is one of the Python front's own modules (graphcheck/_cli.py,
+// _model.py, ...): the innermost Python frame of a C++ forward run under `python -m graphcheck`
+// is one of them, and names no place in the model.
+bool is_front_file(std::string_view file) {
+  const std::size_t slash = file.rfind('/');
+  if (slash == std::string_view::npos || slash + 1 >= file.size() || file[slash + 1] != '_') return false;
+  constexpr std::string_view kPackage = "/graphcheck";
+  return slash >= kPackage.size() && file.substr(slash - kPackage.size(), kPackage.size()) == kPackage;
+}
+
 // Where a Python forward is now, as "model.py:42": the innermost frame of the tracer's Python
-// call stack outside torch's own package; "" for a C++ forward (the stack is empty).
+// call stack outside torch's own package; "" for a C++ forward (no stack, or the Python front's
+// own frame: `python -m graphcheck` runs C++ fixtures too).
 std::string python_source_now() {
   for (const torch::jit::StackEntry& entry : torch::jit::tracer::pythonCallstack()) {
     const std::shared_ptr<torch::jit::Source> source = entry.range.source();
     if (!source || !source->filename()) continue;
     const std::string& file = *source->filename();
     if (file.find("/torch/") != std::string::npos) continue;
-    return fmt::format("{}:{}", file, source->starting_line_no());
+    return is_front_file(file) ? std::string() : fmt::format("{}:{}", file, source->starting_line_no());
   }
   return {};
 }
@@ -233,8 +245,9 @@ std::string constant_text(const torch::jit::Node* node) {
   return out.str();
 }
 
-// "model.py:42" for a node the tracer recorded under Python (the innermost frame outside torch's
-// own package), "" otherwise (a C++ model).
+// "model.py:42" for a node the tracer recorded under a Python forward (the innermost frame outside
+// torch's own package), "" otherwise (a C++ forward, run from Python or not: its innermost Python
+// frame is the front's own, is_front_file()).
 std::string source_of(const torch::jit::Node* node) {
   const torch::jit::SourceRange range = node->sourceRange();
   const std::shared_ptr<torch::jit::Source> source = range.source();
@@ -247,9 +260,13 @@ std::string source_of(const torch::jit::Node* node) {
     std::string where = line.substr(0, paren);
     const auto open = where.rfind('(');
     if (open == std::string::npos) continue;
-    where = fmt::format("{}:{}", where.substr(0, open), where.substr(open + 1));
-    if (first.empty()) first = where;
-    if (where.find("/torch/") == std::string::npos) return where;
+    const std::string file = where.substr(0, open);
+    where = fmt::format("{}:{}", file, where.substr(open + 1));
+    if (file.find("/torch/") != std::string::npos) {
+      if (first.empty()) first = where;
+      continue;
+    }
+    return is_front_file(file) ? std::string() : where;
   }
   return first;
 }

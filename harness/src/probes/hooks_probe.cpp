@@ -178,7 +178,7 @@ class HooksProbe final : public EmptyProbe {
         add(ctx, w, ex.hook,
             fmt::format("declared hook '{}' names modules '{}', which matches no module of the "
                         "model: fix expected_hooks() (module paths look like '{}')",
-                        ex.hook, ex.module, modules.size() > 2 ? modules[2] : modules.back()),
+                        ex.hook, ex.module, modules.size() > 2 ? modules[2] : std::string("layers.0")),
             {{"hook", ex.hook}, {"pattern", ex.module}});
         continue;
       }

@@ -432,11 +432,15 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
   // forward decided on the host replays a path that need not read a tensor eager reads now. So
   // coverage's "eager depends on x, the replay does not", in a cycle whose replay is frozen at
   // capture, is that branch's symptom, not a stale copy of x: a group made of such coverage
-  // findings only joins the frozen cause of its cycle, which leads.
+  // findings only, each of a graph (cycle and batch size) frozen at capture, joins that frozen
+  // cause, which leads.
   {
-    std::map<int, std::size_t> frozen_in;  // cycle -> its first frozen-at-capture finding
+    // (cycle, batch size) -> its first frozen-at-capture finding: the graph of that batch size
+    std::map<std::pair<int, std::int64_t>, std::size_t> frozen_in;
     for (std::size_t i = 0; i < n; ++i) {
-      if (evidence_of(findings[i], "cause") == "frozen at capture") frozen_in.try_emplace(findings[i].cycle, i);
+      if (evidence_of(findings[i], "cause") == "frozen at capture") {
+        frozen_in.try_emplace({findings[i].cycle, findings[i].batch_size}, i);
+      }
     }
     std::map<std::size_t, std::vector<std::size_t>> groups;
     for (std::size_t i = 0; i < n && !frozen_in.empty(); ++i) {
@@ -445,9 +449,11 @@ std::vector<Cause> triage(const ScenarioRecord& record, const std::string& repro
     for (const auto& [root, members] : groups) {
       const bool ignored_under_frozen = std::all_of(members.begin(), members.end(), [&](std::size_t i) {
         return findings[i].probe == "coverage" && evidence_of(findings[i], "replay_changed") == "no" &&
-               frozen_in.count(findings[i].cycle);
+               frozen_in.count({findings[i].cycle, findings[i].batch_size});
       });
-      if (ignored_under_frozen) unite(root, frozen_in.at(findings[members.front()].cycle));
+      if (ignored_under_frozen) {
+        unite(root, frozen_in.at({findings[members.front()].cycle, findings[members.front()].batch_size}));
+      }
     }
   }
 
