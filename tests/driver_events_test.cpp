@@ -1112,7 +1112,8 @@ TEST(StreamOrderFreshMemory, ACacheMadeWithEmptyThatNoLoadWritesIsNoOrderFinding
 // the last PWAL. "first_only": PWAL derives at the first load and never again (the bug).
 class DirtyFlagModel final : public LifecycleModel {
  public:
-  explicit DirtyFlagModel(const ModelConfig& c) : m_mode(c.get_string("mode", "dirty")) {
+  explicit DirtyFlagModel(const ModelConfig& c)
+      : m_mode(c.get_string("mode", "dirty")), m_renamed(c.get_string("names", "live") == "renamed") {
     for (const char* name : {"a", "b"}) {
       auto layer = m_module.register_module(name, std::make_shared<torch::nn::Module>());
       layer->register_parameter("w", torch::zeros({4, 4}), false);
@@ -1144,6 +1145,11 @@ class DirtyFlagModel final : public LifecycleModel {
   torch::Tensor make_input(std::int64_t b, std::uint64_t seed) override {
     return torch::full({b, 4}, static_cast<double>(seed % 5) + 1.0);
   }
+  // names "renamed": the checkpoint calls layer x's weight 'src_x.w' (a mapping to the live 'x.w').
+  std::vector<CheckpointShard> checkpoint_mapping() override {
+    if (!m_renamed) return {};
+    return {{"src_a.w", "a.w", 0, 0, CheckpointShard::kWhole}, {"src_b.w", "b.w", 0, 0, CheckpointShard::kWhole}};
+  }
   // "**": every module, which is not the model itself; "settle" is announced on the LifecycleModel
   // and declared on the root module: both are the model.
   [[nodiscard]] std::vector<ExpectedHook> expected_hooks() const override {
@@ -1152,6 +1158,7 @@ class DirtyFlagModel final : public LifecycleModel {
 
  private:
   std::string m_mode;
+  bool m_renamed;
   torch::nn::Module m_module;
   std::vector<std::shared_ptr<torch::nn::Module>> m_layers;
   std::vector<std::int64_t> m_versions;
@@ -1184,9 +1191,18 @@ TEST(HooksOnAPartialRefit, AModuleTheRefitDidNotStreamNeedNotRunItsHooks) {
   s.config.set("mode", std::string("first_only"), "dirty.yaml:3:9");
   const ScenarioRecord buggy = run_scenario(s, options_with({}));
   // Once per pattern that names the module ("*" and "**").
-  EXPECT_EQ(hook_subjects(buggy),
-            (std::vector<std::string>{"derive on b @ cycle 1", "derive on b @ cycle 1", "derive on a @ cycle 2",
-                                      "derive on b @ cycle 2", "derive on a @ cycle 2", "derive on b @ cycle 2"}));
+  const std::vector<std::string> expected = {"derive on b @ cycle 1", "derive on b @ cycle 1", "derive on a @ cycle 2",
+                                             "derive on b @ cycle 2", "derive on a @ cycle 2", "derive on b @ cycle 2"};
+  EXPECT_EQ(hook_subjects(buggy), expected);
+
+  // The same under checkpoint names the mapping renames: what the refit touches is read as live
+  // tensors ('src_b.w' streams to 'b.w'), not as the checkpoint's prefixes.
+  s.config.set("names", std::string("renamed"), "dirty.yaml:4:9");
+  s.cycles = {RefitSpec{2, {"src_b."}, {}, ""}, RefitSpec{3, {}, {}, ""}};
+  EXPECT_EQ(hook_subjects(run_scenario(s, options_with({}))), expected);
+  s.config.set("mode", std::string("dirty"), "dirty.yaml:3:9");
+  const ScenarioRecord renamed_clean = run_scenario(s, options_with({}));
+  EXPECT_EQ(renamed_clean.status, Status::passed) << hook_subjects(renamed_clean).size();
 }
 
 // ---- what holds a memory finding's bytes (Note [What holds the bytes]) ---------------------------

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "glob.h"
 #include "graphcheck/probe.h"
@@ -33,6 +34,9 @@ struct Window {
   std::string kind;  // checkpoint | dummy | refit
   int cycle = 0;
   std::vector<Call> calls;
+  // A refit of some prefixes only: the live tensors its loads stream to (Note [Hooks on a partial
+  // refit]); unset for a refit of everything.
+  std::optional<std::set<std::string>> streamed_live;
 };
 
 bool inside_forward(Phase phase) {
@@ -49,17 +53,16 @@ bool same_module(const std::string& a, const std::string& b) {
 }
 
 // Note [Hooks on a partial refit]: a refit that streams only some prefixes (an RL sync of the
-// layers a step changed) brings nothing new to a module none of whose tensors lies under them,
-// and a PWAL that re-derives only what changed (a dirty flag per module) rightly skips it. Such a
-// module is not required to run its hooks on that refit. A module is touched where a prefix
-// lies inside it or it lies inside a prefix (checkpoint names and module paths share their
-// module parts), and the model itself always is.
-bool touched_by(const std::string& module, const std::vector<std::string>& prefixes) {
-  if (prefixes.empty() || is_model_path(module)) return true;
+// layers a step changed) brings nothing new to a module none of whose tensors it streams to, and
+// a PWAL that re-derives only what changed (a dirty flag per module) rightly skips it. Such a
+// module is not required to run its hooks on that refit. What the refit streams to is read as
+// live tensors, through the checkpoint layout (a fused qkv_proj is touched by a refit of q_proj);
+// the model itself is always touched.
+bool touched_by(const std::string& module, const std::optional<std::set<std::string>>& streamed_live) {
+  if (!streamed_live || is_model_path(module)) return true;
   const std::string inside = module + ".";
-  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) {
-    return inside.rfind(p, 0) == 0 || p.rfind(inside, 0) == 0;
-  });
+  const auto it = streamed_live->lower_bound(inside);
+  return it != streamed_live->end() && it->compare(0, inside.size(), inside) == 0;
 }
 
 std::string load_name(const Window& w) {
@@ -73,11 +76,24 @@ class HooksProbe final : public EmptyProbe {
 
   void on_load_begin(RunContext& ctx, const LoadEvent& e) override {
     if (ctx.pass() != Pass::observe) return;
-    if (!e.refit) m_window = Window{to_string(e.format), e.cycle, {}};
+    if (!e.refit) {
+      m_window = Window{to_string(e.format), e.cycle, {}, std::nullopt};
+      return;
+    }
+    const CycleStep* step = ctx.cycle_step(e.cycle);
+    if (!m_window || !step || step->prefixes.empty()) return;
+    // The live tensors this load streams to (Note [Hooks on a partial refit]).
+    std::map<std::string, std::string> live_of;
+    for (const CheckpointEntry& entry : ctx.checkpoint_layout()) live_of.emplace(entry.checkpoint, entry.live);
+    if (!m_window->streamed_live) m_window->streamed_live.emplace();
+    for (const std::string& name : e.expected) {
+      const auto it = live_of.find(name);
+      m_window->streamed_live->insert(it == live_of.end() ? name : it->second);
+    }
   }
   void on_refit_begin(RunContext& ctx, const PhaseEvent& e) override {
     if (ctx.pass() != Pass::observe) return;
-    m_window = Window{"refit", e.cycle, {}};
+    m_window = Window{"refit", e.cycle, {}, std::nullopt};
   }
   void on_refit_end(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
   void on_warmup_begin(RunContext& ctx, const PhaseEvent&) override { close_window(ctx); }
@@ -182,13 +198,12 @@ class HooksProbe final : public EmptyProbe {
             {{"hook", ex.hook}, {"pattern", ex.module}});
         continue;
       }
-      const CycleStep* step = w.kind == "refit" ? ctx.cycle_step(w.cycle) : nullptr;
       for (const auto& module : matched) {
         const bool ran = std::any_of(w.calls.begin(), w.calls.end(), [&](const Call& c) {
           return same_module(c.module, module) && c.hook == ex.hook;
         });
         if (ran) continue;
-        if (step && !touched_by(module, step->prefixes)) continue;  // Note [Hooks on a partial refit]
+        if (!touched_by(module, w.streamed_live)) continue;  // Note [Hooks on a partial refit]
         add(ctx, w, fmt::format("{} on {}", ex.hook, module),
             fmt::format("hook '{}' did not run for module '{}' on the {}: the loader calls "
                         "process_weights_after_loading() for every load format and every refit; "
