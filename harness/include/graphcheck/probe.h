@@ -187,6 +187,7 @@ struct StreamOrderVariant {
   std::string order;              // "reversed", "shuffled (seed 7)", "by name", "in 4 buckets, last first"
   std::vector<std::string> names;  // the stream, in this order
   std::vector<StreamOrderDelta> differing;  // live tensors that differ from the canonical load's
+  std::size_t calls = 1;                     // the load_weights() calls the stream was cut into
 };
 struct StreamOrderEvent : PhaseEvent {
   std::string load;                    // "the initial load", "refit cycle 1"

@@ -6,9 +6,9 @@
 // name, RL weight sync in named_parameters() order, buckets sent as they fill. A loader that
 // combines tensors as they arrive (a weight with whatever scale is live at that moment) is right
 // in one order only. So the pass loads the same weights reversed, shuffled (seeded), by name, and
-// in contiguous buckets sent last first (a sharded checkpoint's files), and reversed again in
-// load_weights() calls of their own (a sync's buckets), and compares every live tensor after PWAL
-// with the canonical load's. Each model starts from the same
+// in contiguous buckets sent last first (a sharded checkpoint's files), and, for a scenario that
+// refits, in its own order and reversed cut into load_weights() calls (a sync's buckets), and
+// compares every live tensor after PWAL with the canonical load's. Each model starts from the same
 // global RNG seed, so that randomness a model draws in its hooks is not taken for order. The
 // pass holds one model at a time while the orders agree: the canonical model leaves only the
 // fingerprints of its live tensors, and is built again beside a variant only when that variant's
@@ -60,11 +60,13 @@ struct StreamOrder {
 };
 
 // The other orders of `canonical` (Note [Stream order]), each named; orders equal to the canonical
-// one or to an earlier one are left out. The last is the reversed order cut into load_weights()
-// calls, as an RL sync sends its buckets (one tensor a call up to kMaxCalls tensors, else
-// kMaxCalls calls): a loader that derives a tensor from what one call brings (the norm it sees
-// when the head arrives) depends on which call brings what.
-std::vector<StreamOrder> stream_order_variants(const std::vector<NamedTensor>& canonical, std::uint64_t seed) {
+// one or to an earlier one are left out. With `calls` (a scenario that refits, as RL weight sync
+// does), the last two are the checkpoint's order and the reversed one, each cut into
+// load_weights() calls as a sync sends its buckets (one tensor a call up to kMaxCalls tensors,
+// else kMaxCalls calls): a loader that derives a tensor from what one call brings (the norm it
+// sees when the head arrives) depends on which call brings what, in one direction or the other.
+std::vector<StreamOrder> stream_order_variants(const std::vector<NamedTensor>& canonical, std::uint64_t seed,
+                                               bool cut_into_calls) {
   const std::size_t n = canonical.size();
   std::vector<StreamOrder> out;
   std::vector<std::size_t> identity(n);
@@ -97,14 +99,15 @@ std::vector<StreamOrder> stream_order_variants(const std::vector<NamedTensor>& c
     }
     add(fmt::format("in {} contiguous buckets, the last first", buckets), std::move(grouped));
   }
-  if (n >= 2) {
+  if (cut_into_calls && n >= 2) {
     constexpr std::size_t kMaxCalls = 16;
     const std::size_t count = std::min(n, kMaxCalls);
     std::vector<std::size_t> calls;
     for (std::size_t c = 1; c < count; ++c) calls.push_back(c * n / count);
-    add(count == n ? std::string("reversed, one load_weights() call per tensor")
-                   : fmt::format("reversed, in {} load_weights() calls", count),
-        std::vector<std::size_t>(identity.rbegin(), identity.rend()), std::move(calls));
+    const std::string cut = count == n ? std::string("one load_weights() call per tensor")
+                                       : fmt::format("in {} load_weights() calls", count);
+    add(fmt::format("in the checkpoint's order, {}", cut), identity, calls);
+    add(fmt::format("reversed, {}", cut), std::vector<std::size_t>(identity.rbegin(), identity.rend()), calls);
   }
   return out;
 }
@@ -243,7 +246,9 @@ void PassRun::stream_order() {
   };
   event.source = fmt::format("checkpoint '{}'", path);
   for (const auto& w : weights) event.canonical.push_back(w.name);
-  const auto variants = stream_order_variants(weights, m_driver.seed());
+  const bool refits = std::any_of(s.cycles.begin(), s.cycles.end(),
+                                  [](const RefitSpec& spec) { return spec.kind == CycleKind::refit; });
+  const auto variants = stream_order_variants(weights, m_driver.seed(), /*cut_into_calls=*/refits);
   if (variants.empty()) {
     measure(PhaseEvent{}, "gc/stream_order/orders", 0, "orders");
     return;
@@ -314,6 +319,7 @@ void PassRun::stream_order() {
   for (const auto& [name, order, calls] : variants) {
     StreamOrderVariant v;
     v.order = name;
+    v.calls = calls.size() + 1;
     std::vector<NamedTensor> stream_order;
     stream_order.reserve(order.size());
     for (std::size_t i : order) {

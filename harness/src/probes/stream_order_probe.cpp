@@ -62,20 +62,32 @@ class StreamOrderProbe final : public EmptyProbe {
                          first->order);
       break;
     }
+    // Only orders cut into load_weights() calls differ: the calls, not the order, are the cause.
+    const bool by_calls = std::all_of(e.variants.begin(), e.variants.end(), [](const StreamOrderVariant& v) {
+      return v.differing.empty() || v.calls > 1;
+    });
     constexpr std::size_t kListed = 8;
     std::vector<std::string> listed(details.begin(), details.begin() + static_cast<std::ptrdiff_t>(std::min(kListed, details.size())));
     if (details.size() > kListed) listed.push_back(fmt::format("and {} more", details.size() - kListed));
-    ctx.fail(name(), e, tensors.front(),
-             fmt::format("the load depends on stream order: {} of the same weights ({}) streamed {} leaves {} live "
-                         "tensor{} different from streaming them in the checkpoint's order, after PWAL: {}{}{}; "
-                         "real loaders get tensors in any order (several checkpoint files, RL weight sync in "
-                         "named_parameters() order): combine tensors in process_weights_after_loading(), not "
-                         "in load_weights() as each arrives",
-                         e.load, e.source, first->order, tensors.size(), tensors.size() == 1 ? "" : "s",
-                         fmt::join(listed, ", "), pair,
-                         orders.size() > 1 ? fmt::format(" (also after: {})", fmt::join(orders.begin() + 1, orders.end(), "; "))
-                                           : std::string()),
-             {{"cause", "stream order"},
+    const std::string also =
+        orders.size() > 1 ? fmt::format(" (also after: {})", fmt::join(orders.begin() + 1, orders.end(), "; ")) : std::string();
+    const std::string message =
+        by_calls ? fmt::format("the load depends on how its stream is cut into load_weights() calls: {} of the same "
+                               "weights ({}) streamed {} leaves {} live tensor{} different from streaming them in one "
+                               "call, after PWAL: {}{}{}; every order in one call agrees. RL weight sync sends its "
+                               "buckets as calls of their own: derive tensors in process_weights_after_loading(), "
+                               "not in load_weights() from what one call brings",
+                               e.load, e.source, first->order, tensors.size(), tensors.size() == 1 ? "" : "s",
+                               fmt::join(listed, ", "), pair, also)
+                 : fmt::format("the load depends on stream order: {} of the same weights ({}) streamed {} leaves {} "
+                               "live tensor{} different from streaming them in the checkpoint's order, after PWAL: "
+                               "{}{}{}; real loaders get tensors in any order (several checkpoint files, RL weight "
+                               "sync in named_parameters() order): combine tensors in "
+                               "process_weights_after_loading(), not in load_weights() as each arrives",
+                               e.load, e.source, first->order, tensors.size(), tensors.size() == 1 ? "" : "s",
+                               fmt::join(listed, ", "), pair, also);
+    ctx.fail(name(), e, tensors.front(), message,
+             {{"cause", by_calls ? "load_weights() calls" : "stream order"},
               {"tensor", tensors.front()},
               {"tensors", fmt::format("{}", fmt::join(tensors, "; "))},
               {"load", e.load},
@@ -89,7 +101,8 @@ class StreamOrderProbe final : public EmptyProbe {
 
 GRAPHCHECK_REGISTER_PROBE_IN("stream_order",
                              "a load gives the same state after PWAL whatever order its tensors stream in "
-                             "(reversed, shuffled, by name, in buckets)",
+                             "(reversed, shuffled, by name, in buckets; cut into load_weights() calls where the "
+                             "scenario refits)",
                              StreamOrderProbe, ::graphcheck::Pass::stream_order);
 
 }  // namespace graphcheck
