@@ -1352,5 +1352,54 @@ TEST(GeneratedNames, ALoaderThatFailsOnTheGeneratedNamesIsToldWhatTheCheckpointH
       << message;
 }
 
+// Note [Fresh memory alike in every build]: the deterministic mode the stream-order pass builds
+// in says nothing of itself (its alerts would read as if the user had asked for it); the model's
+// own warnings still reach the handler.
+class AlertingModel final : public LifecycleModel {
+ public:
+  explicit AlertingModel(const ModelConfig&) {
+    for (const char* name : {"a", "b", "c"}) m_module.register_parameter(name, torch::zeros({2, 2}), false);
+  }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override {
+    at::globalContext().alertNotDeterministic("test_alerting_op");  // a warning in the pass's mode only
+    TORCH_WARN("the model's own warning");
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return torch::matmul(x, m_module.named_parameters()["a"]); }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 2}); }
+
+ private:
+  torch::nn::Module m_module;
+};
+GRAPHCHECK_REGISTER_MODEL("test_alerting", [](const ModelConfig& c) { return std::make_unique<AlertingModel>(c); });
+
+class RecordingWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+TEST(StreamOrderFreshMemory, TheDeterministicModeOfTheBuildsSaysNothingOfItself) {
+  Scenario s;
+  s.name = "alerting";
+  s.file = "alerting.yaml";
+  s.fixture = "test_alerting";
+  s.batch_sizes = {1};
+  s.checks = {"stream_order"};
+  RecordingWarnings warnings;
+  {
+    const c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+    const ScenarioRecord r = run_scenario(s, options_with({}));
+    EXPECT_EQ(r.status, Status::passed) << (r.findings.empty() ? r.reason : r.findings[0].message);
+  }
+  const auto count = [&](const std::string& text) {
+    return std::count_if(warnings.messages.begin(), warnings.messages.end(),
+                         [&](const std::string& m) { return m.find(text) != std::string::npos; });
+  };
+  EXPECT_GT(count("the model's own warning"), 0);
+  EXPECT_EQ(count("deterministic"), 0);
+}
+
 }  // namespace
 }  // namespace graphcheck

@@ -288,7 +288,13 @@ struct CudaShared {
 
   // The pool for the next capture (Note [A pool per run of graphs]).
   decltype(at::cuda::graph_pool_handle()) pool_for_capture() {
-    if (pool_begun && pool_graphs == 0) pool = at::cuda::graph_pool_handle();
+    if (pool_begun && pool_graphs == 0) {
+      // The old pool, freeable now, holds its segments until the cache is emptied: one pool's
+      // worth of reserved device memory per capturing pass otherwise.
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      pool = at::cuda::graph_pool_handle();
+    }
     pool_begun = true;
     return pool;
   }

@@ -15,6 +15,7 @@
 // fingerprints differ, to say which elements differ and by how much.
 
 #include <ATen/Context.h>
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -121,11 +122,13 @@ std::vector<StreamOrder> stream_order_variants(const std::vector<NamedTensor>& c
 // tensor it makes uninitialised (torch.empty and its kin, resize_'s new elements) with the same
 // value: NaN, or an integer type's largest value. That is torch's own mode for it
 // (use_deterministic_algorithms with fill_uninitialized_memory), on every device; it warns only
-// where an op has no deterministic implementation, and every build of the pass runs in it.
+// where an op has no deterministic implementation (its warnings, which would read as if the user
+// had asked for that mode, are dropped in C++ code), and every build of the pass runs in it.
 class FreshMemoryAlike {
  public:
   FreshMemoryAlike()
-      : m_deterministic(at::globalContext().deterministicAlgorithms()),
+      : m_quiet(&m_filter),
+        m_deterministic(at::globalContext().deterministicAlgorithms()),
         m_warn_only(at::globalContext().deterministicAlgorithmsWarnOnly()),
         m_fill(at::globalContext().deterministicFillUninitializedMemory()) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/m_deterministic ? m_warn_only : true);
@@ -139,6 +142,21 @@ class FreshMemoryAlike {
   FreshMemoryAlike& operator=(const FreshMemoryAlike&) = delete;
 
  private:
+  // Drops the mode's own alerts ("... does not have a deterministic implementation", cuBLAS's
+  // workspace config); every other warning goes where it went.
+  class AlertFilter final : public c10::WarningHandler {
+   public:
+    AlertFilter() : m_next(c10::WarningUtils::get_warning_handler()) {}
+    void process(const c10::Warning& warning) override {
+      if (warning.msg().find("deterministic") != std::string::npos) return;
+      m_next->process(warning);
+    }
+
+   private:
+    c10::WarningHandler* m_next;
+  };
+  AlertFilter m_filter;
+  c10::WarningUtils::WarningHandlerGuard m_quiet;
   bool m_deterministic, m_warn_only, m_fill;
 };
 
