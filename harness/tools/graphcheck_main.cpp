@@ -77,37 +77,41 @@ struct ReportPaths {
     }
   }
 
-  // Before anything else can fail: the reports an earlier run left where this one writes its own
-  // go (a malformed --report is said later, by add_reporters()).
-  void remove_previous(const std::string& report_dir, const std::string& stem) const {
-    std::map<std::string, std::string> given;
+  // The paths given, by reporter: --NAME PATH, then --report NAME=PATH. A malformed --report is
+  // left out, and the first one is put in `malformed`.
+  [[nodiscard]] std::map<std::string, std::string> given(std::string* malformed = nullptr) const {
+    std::map<std::string, std::string> out;
     for (const auto& [name, path] : paths) {
-      if (!path.empty()) given[name] = path;
+      if (!path.empty()) out[name] = path;
     }
     for (const auto& spec : named) {
       const auto eq = spec.find('=');
-      if (eq != std::string::npos && eq > 0 && eq + 1 < spec.size()) given[spec.substr(0, eq)] = spec.substr(eq + 1);
+      if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+        if (malformed && malformed->empty()) *malformed = spec;
+        continue;
+      }
+      out[spec.substr(0, eq)] = spec.substr(eq + 1);
     }
-    (void)gc::session::remove_previous_reports(given, report_dir, stem);
+    return out;
+  }
+
+  // Before anything else can fail: the reports an earlier run left where this one writes its own
+  // go (a malformed --report is said later, by add_reporters()).
+  void remove_previous(const std::string& report_dir, const std::string& stem) const {
+    (void)gc::session::remove_previous_reports(given(), report_dir, stem);
   }
 
   // Adds a reporter for each path kept; false (after saying why) on an unknown reporter or a
   // malformed --report.
   bool add_reporters(gc::ReporterMux& mux, const std::string& report_dir, const std::string& stem) {
-    std::map<std::string, std::string> given;
-    for (const auto& [name, path] : paths) {
-      if (!path.empty()) given[name] = path;
-    }
-    for (const auto& spec : named) {
-      const auto eq = spec.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-        fmt::print(stderr, "graphcheck: --report '{}' is not NAME=PATH (e.g. --report json=out/run.json)\n", spec);
-        return false;
-      }
-      given[spec.substr(0, eq)] = spec.substr(eq + 1);
+    std::string malformed;
+    const std::map<std::string, std::string> paths_given = given(&malformed);
+    if (!malformed.empty()) {
+      fmt::print(stderr, "graphcheck: --report '{}' is not NAME=PATH (e.g. --report json=out/run.json)\n", malformed);
+      return false;
     }
     std::string error;
-    const auto written = gc::session::open_reporters(given, report_dir, stem, mux, error);
+    const auto written = gc::session::open_reporters(paths_given, report_dir, stem, mux, error);
     if (!written) fmt::print(stderr, "graphcheck: --report: {}\n", error);
     if (written) written_paths = *written;
     return written.has_value();
