@@ -14,6 +14,8 @@
 //    at all (BM_AddressTouch: reading each live tensor's address and size);
 //  - the coverage perturbation in place and back vs memcpy, float32 and bfloat16, beside the
 //    saved copy it replaced;
+//  - the stock loader (load_module_weights) and the checkpoint layout on the synthetic model, 1,000
+//    to 100,000 tensors (ns_per_tensor; BM_ModuleLoad);
 //  - emulated replay vs eager forward per fixture (replay_over_eager).
 // Run: bench/run.sh (or build/bench/harness_bench --benchmark_filter=...). Sizes above 256 MiB
 // only with GRAPHCHECK_BENCH_MAX_MIB=1024.
@@ -418,6 +420,34 @@ void BM_AddressSnapshot(benchmark::State& state) {
       static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_AddressSnapshot)->Apply(address_sizes)->Unit(benchmark::kMillisecond);
+
+// ---- a module load ------------------------------------------------------------------------------
+
+// The stock loader (load_module_weights: the checkpoint layout, then each streamed tensor copied
+// into its region) on the synthetic model, n tensors of 64 bytes 8 modules deep, from a checkpoint
+// held in memory: ns per tensor, the per-tensor bookkeeping of every load the lifecycle makes
+// (model A's, model B's, each stream order's, each load_weights() call of a cut stream). With
+// arg 1 = 1, the layout alone (checkpoint_layout()), which the census, the poison and the
+// loaded-names check each take again per load.
+void BM_ModuleLoad(benchmark::State& state) {
+  gc::set_intra_op_threads(1);
+  torch::NoGradGuard no_grad;
+  auto model = synthetic(state.range(0), 8);
+  const std::vector<gc::NamedTensor> checkpoint = model->synthesize_checkpoint(1);
+  const bool layout_only = state.range(1) != 0;
+  for (auto _ : state) {
+    if (layout_only) {
+      benchmark::DoNotOptimize(gc::checkpoint_layout(*model).size());
+    } else {
+      gc::TensorListWeightStream stream(checkpoint, "memory");
+      benchmark::DoNotOptimize(model->load_weights(stream).size());
+    }
+  }
+  state.counters["ns_per_tensor"] = benchmark::Counter(
+      static_cast<double>(checkpoint.size()) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ModuleLoad)->ArgsProduct({{1000, 10000, 100000}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 // The snapshot's first half alone: the walk that lists the live tensors by name, no index.
 void BM_AddressWalk(benchmark::State& state) {

@@ -29,6 +29,7 @@
 #include "engine/streams.h"
 #include "graphcheck/model.h"
 #include "graphcheck/safetensors.h"
+#include "synthesis_slabs.h"
 #include "synthetic_fill.h"
 #include "torch_compat.h"
 
@@ -696,6 +697,37 @@ TEST(CheckpointModel, SynthesizeCheckpointIsDeterministicInTheSeed) {
   }
   EXPECT_TRUE(any_difference) << "seeds 5 and 6 gave the same checkpoint";
   EXPECT_TRUE(torch::equal(model.m_w, torch::zeros({2, 3}))) << "synthesizing must not load";
+}
+
+// Note [One slab per synthesis]: in a SynthesisSlabs scope a synthesis takes the last one's block
+// only once nothing holds the last one's tensors; values a caller still holds never change, and
+// a synthesis in a reused block draws what one in fresh memory draws (float64, bfloat16 and the
+// integer and bool tensors beside them).
+TEST(CheckpointModel, ASynthesisReusesTheLastSlabOnlyOnceNothingHoldsIt) {
+  MixedModel model;
+  const auto plain5 = model.synthesize_checkpoint(5);
+  const auto plain6 = model.synthesize_checkpoint(6);
+  const auto equal_to = [](const std::vector<NamedTensor>& got, const std::vector<NamedTensor>& want) {
+    if (got.size() != want.size()) return false;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i].name != want[i].name || !torch::equal(got[i].tensor, want[i].tensor)) return false;
+    }
+    return true;
+  };
+  SynthesisSlabs slabs;
+  auto a = model.synthesize_checkpoint(5);
+  ASSERT_TRUE(slabs.slab.defined());
+  const void* first = slabs.slab.data_ptr();
+  auto b = model.synthesize_checkpoint(6);  // a is held: b needs a block of its own
+  EXPECT_NE(slabs.slab.data_ptr(), first);
+  EXPECT_TRUE(equal_to(a, plain5)) << "a synthesis overwrote tensors the caller still holds";
+  EXPECT_TRUE(equal_to(b, plain6));
+  a.clear();
+  b.clear();
+  const void* second = slabs.slab.data_ptr();
+  const auto c = model.synthesize_checkpoint(5);
+  EXPECT_EQ(slabs.slab.data_ptr(), second) << "nothing held the last block, yet a new one was taken";
+  EXPECT_TRUE(equal_to(c, plain5));
 }
 
 // 16- and 64-bit tensors are drawn in float32 a chunk at a time and converted: the values are a

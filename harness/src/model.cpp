@@ -9,15 +9,20 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dummy_loader.h"
+#include "support/release_memory.h"
 #include "synthetic_fill.h"
+#include "synthesis_slabs.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -390,14 +395,28 @@ torch::Tensor CheckpointEntry::region_of(const torch::Tensor& live_tensor) const
   return permute.empty() ? region : region.permute(inverse_permutation(permute));
 }
 
-std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
+namespace {
+
+// checkpoint_layout() of the model's checkpoint tensors, `tensors` (checkpoint_tensors()).
+std::vector<CheckpointEntry> layout_of(LifecycleModel& model, std::vector<NamedTensor> tensors) {
   const std::vector<CheckpointShard> shards = model.checkpoint_mapping();
+  std::vector<CheckpointEntry> out;
+  out.reserve(tensors.size());
+  if (shards.empty()) {
+    // Every checkpoint tensor is a live one under its own name: nothing to look up per tensor
+    // (the sets below cost a 10,000-tensor model more than the rest of the layout; issue 26).
+    for (auto& t : tensors) {
+      CheckpointEntry& e = out.emplace_back();
+      e.checkpoint = t.name;
+      e.live = std::move(t.name);
+      e.region = std::move(t.tensor);
+    }
+    return out;
+  }
   std::map<std::string, std::vector<const CheckpointShard*>> by_live;
   for (const auto& shard : shards) by_live[shard.live].push_back(&shard);
 
-  std::vector<CheckpointEntry> out;
   std::set<std::string> seen_live;
-  std::vector<NamedTensor> tensors = checkpoint_tensors(model);
   // Note [A live tensor under a checkpoint name]: a tensor the model registers under a name its
   // mapping gives to a shard of another (a staging parameter in the checkpoint's layout, made by
   // stage_for_refit() for a loader to write and PWAL to fold into the kernel's tensor) is where
@@ -507,15 +526,32 @@ std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
   return out;
 }
 
+}  // namespace
+
+std::vector<CheckpointEntry> checkpoint_layout(LifecycleModel& model) {
+  return layout_of(model, checkpoint_tensors(model));
+}
+
 std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& weights) {
-  std::map<std::string, CheckpointEntry> targets;
-  for (auto& e : checkpoint_layout(model)) targets.emplace(e.checkpoint, std::move(e));
-  std::map<std::string, torch::Tensor> live_by_name;
-  for (auto& t : checkpoint_tensors(model)) live_by_name.emplace(t.name, t.tensor);
-  std::set<std::string> non_persistent;
-  for (const auto& t : model.catalog().registered_tensors()) {
-    if (t.kind == TensorKind::non_persistent_buffer) non_persistent.insert(t.name);
+  // One walk of the module tree for the layout, the live tensors and the non-persistent buffers,
+  // hashed by name (three walks and three ordered maps were 6.7 us a tensor of every load on
+  // 10,000 tensors: harness_bench BM_ModuleLoad; issue 26).
+  std::vector<NamedTensor> tensors;
+  std::unordered_set<std::string> non_persistent;
+  for (auto& t : model.catalog().registered_tensors()) {
+    if (is_checkpoint_kind(t.kind)) {
+      tensors.push_back({std::move(t.name), std::move(t.tensor)});
+    } else if (t.kind == TensorKind::non_persistent_buffer) {
+      non_persistent.insert(std::move(t.name));
+    }
   }
+  std::unordered_map<std::string_view, const torch::Tensor*> live_by_name;
+  live_by_name.reserve(tensors.size());
+  for (const auto& t : tensors) live_by_name.emplace(t.name, &t.tensor);
+  const std::vector<CheckpointEntry> layout = layout_of(model, tensors);
+  std::unordered_map<std::string_view, const CheckpointEntry*> targets;
+  targets.reserve(layout.size());
+  for (const auto& e : layout) targets.emplace(e.checkpoint, &e);
 
   torch::NoGradGuard no_grad;
   std::set<std::string> loaded;
@@ -534,15 +570,18 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
             "(checkpoint_mapping()): write the shards under their checkpoint names",
             weights.source(), item->name));
       }
+      const auto first = std::min_element(layout.begin(), layout.end(), [](const auto& a, const auto& b) {
+        return a.checkpoint < b.checkpoint;
+      });
       throw CheckpointMismatch(fmt::format(
           "{}: tensor '{}' matches no tensor of the model's checkpoint layout: check the name "
           "(checkpoint tensors look like '{}')",
-          weights.source(), item->name, targets.empty() ? "" : targets.begin()->first));
+          weights.source(), item->name, first == layout.end() ? "" : first->checkpoint));
     }
-    const CheckpointEntry& target = it->second;
+    const CheckpointEntry& target = *it->second;
     torch::Tensor param = target.region;
     const torch::Tensor& value = item->tensor;
-    const TensorAttrs* attrs = model.catalog().attributes(live_by_name.at(target.live));
+    const TensorAttrs* attrs = model.catalog().attributes(*live_by_name.at(target.live));
     if (attrs && attrs->weight_loader) {
       attrs->weight_loader(param, value);
     } else {
@@ -567,18 +606,52 @@ std::set<std::string> load_module_weights(LifecycleModel& model, WeightStream& w
   return loaded;
 }
 
+namespace {
+thread_local SynthesisSlabs* t_synthesis_slabs = nullptr;
+}  // namespace
+
+SynthesisSlabs::SynthesisSlabs() : m_outer(t_synthesis_slabs) { t_synthesis_slabs = this; }
+SynthesisSlabs::~SynthesisSlabs() { t_synthesis_slabs = m_outer; }
+
 std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t seed) {
   // Counter-based fills (synthetic_fill.h) instead of torch's generators: randn, a scaling pass
   // and a conversion were a large part of the harness's own cost on a large model (issue 13).
   std::vector<NamedTensor> out;
   std::uint64_t index = 0;
   torch::Tensor scratch;  // float32 draws for the 16-bit and 64-bit tensors, a chunk at a time
-  for (auto& e : checkpoint_layout(*this)) {
+  const std::vector<CheckpointEntry> layout = checkpoint_layout(*this);
+  const auto drawn = [](torch::ScalarType dtype) {  // floating: drawn into the slab below
+    return dtype != torch::kBool && !c10::isIntegralType(dtype, /*includeBool=*/false);
+  };
+  // Note [One slab per synthesis]: the floating tensors are views of one allocation, which the
+  // kernel may back with huge pages. A tensor of its own each faulted its pages in one by one:
+  // on the synthetic model of 10,000 tensors and 512 MiB those faults were a third of each
+  // synthesis (perf; issue 26). Aligned as the CPU allocator aligns each tensor. Within a
+  // SynthesisSlabs scope the slab is kept for the next synthesis, which takes it once nothing
+  // else holds it: fresh memory is zeroed by the kernel as it is faulted in, a quarter of a
+  // synthesis again.
+  constexpr std::int64_t kAlign = 64;
+  std::int64_t slab_bytes = 0;
+  for (const auto& e : layout) {
+    if (!drawn(e.region.scalar_type())) continue;
+    slab_bytes += (e.region.numel() * static_cast<std::int64_t>(e.region.element_size()) + kAlign - 1) / kAlign * kAlign;
+  }
+  torch::Tensor slab;
+  SynthesisSlabs* kept = t_synthesis_slabs;
+  if (kept && kept->slab.defined() && kept->slab.numel() >= slab_bytes && kept->slab.storage().use_count() == 1) {
+    slab = kept->slab;  // every byte a tensor holds is drawn anew
+  } else {
+    slab = torch::empty({slab_bytes}, torch::TensorOptions().dtype(torch::kUInt8));
+    support::advise_huge_pages(slab.data_ptr(), static_cast<std::size_t>(slab_bytes));
+    if (kept) kept->slab = slab;
+  }
+  std::int64_t slab_at = 0;
+  for (const auto& e : layout) {
     const torch::Tensor& t = e.region;
     const auto dtype = t.scalar_type();
     const std::uint64_t key = synth::stream_key(seed, index++);
     torch::Tensor value;
-    if (dtype == torch::kBool || c10::isIntegralType(dtype, /*includeBool=*/false)) {
+    if (!drawn(dtype)) {
       torch::Tensor bytes = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kUInt8));
       synth::fill_masked_bytes(bytes.data_ptr<std::uint8_t>(), static_cast<std::size_t>(bytes.numel()), key,
                                dtype == torch::kBool ? 1 : 7);
@@ -588,14 +661,15 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
       // uniform draw of half-width sqrt(3) * std has that std.
       const double std = t.dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(t.size(-1))) : 0.5;
       const auto half_width = static_cast<float>(std::sqrt(3.0) * std);
+      const std::int64_t bytes = t.numel() * static_cast<std::int64_t>(t.element_size());
+      value = slab.narrow(0, slab_at, bytes).view(dtype).view(t.sizes());
+      slab_at += (bytes + kAlign - 1) / kAlign * kAlign;
       if (dtype == torch::kFloat32) {
-        value = torch::empty(t.sizes(), torch::TensorOptions().dtype(torch::kFloat32));
         synth::fill_uniform(value.data_ptr<float>(), static_cast<std::size_t>(value.numel()), key, half_width);
       } else {
         // Drawn in float32 a chunk at a time into a buffer that stays in cache, each chunk
         // converted into the tensor (the values a whole float32 draw and .to(dtype) give): no
         // float32 copy of the tensor's size to allocate, fault in and read back (issue 26).
-        value = torch::empty(t.sizes(), torch::TensorOptions().dtype(dtype));
         const torch::Tensor flat = value.view({-1});
         const std::int64_t n = flat.numel();
         const std::int64_t chunk = std::min<std::int64_t>(n, kSynthesisChunk);

@@ -173,17 +173,21 @@ void Driver::add_finding(Finding finding, Pass pass, Phase phase) {
 }
 
 std::string Driver::checkpoint_for(std::uint64_t seed, PassRun& pass,
-                                   const std::function<std::unique_ptr<LifecycleModel>()>& construct) {
+                                   const std::function<std::unique_ptr<LifecycleModel>()>& construct,
+                                   std::unique_ptr<LifecycleModel>* keep) {
   auto cached = m_checkpoints.find(seed);
   if (cached != m_checkpoints.end()) return cached->second;
   const SpanScope span(*this, open_span(to_string(pass.pass()), "checkpoint synthesis", pass.cycle(), 0));
   std::vector<NamedTensor> tensors;
   {
-    std::unique_ptr<LifecycleModel> fresh = construct();
+    std::unique_ptr<LifecycleModel> own;
+    std::unique_ptr<LifecycleModel>& fresh = keep ? *keep : own;
+    if (!fresh) fresh = construct();
     tensors = call_model(pass.phase(), "synthesize_checkpoint()",
                          [&] { return fresh->synthesize_checkpoint(seed); });
   }
-  support::release_free_memory();  // the fresh model's (Note [Freed memory stays resident])
+  // The fresh model's (Note [Freed memory stays resident]); a kept one is the caller's to free.
+  if (!keep) support::release_free_memory();
   for (auto& t : tensors) {
     if (t.tensor.defined()) t.tensor = t.tensor.cpu();  // a model on the GPU synthesizes there
   }

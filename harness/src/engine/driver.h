@@ -81,9 +81,12 @@ class Driver final : public HookSink {
 
   // Synthesized by a freshly constructed model, so that the checkpoint layout does not depend on
   // what PWAL did to model A (repacked or freed raw weights). Written once per seed per scenario
-  // run and shared by the passes.
+  // run and shared by the passes. With `keep`: the model that synthesizes is `*keep`, constructed
+  // if it is empty and left there for the caller's next seed (a fresh model's synthesis does not
+  // change it, and a construction of a large model costs what its synthesis does).
   std::string checkpoint_for(std::uint64_t seed, PassRun& pass,
-                             const std::function<std::unique_ptr<LifecycleModel>()>& construct);
+                             const std::function<std::unique_ptr<LifecycleModel>()>& construct,
+                             std::unique_ptr<LifecycleModel>* keep = nullptr);
 
   // ---- HookSink -----------------------------------------------------------------------------
   void on_hook(const void* module, std::string_view hook) override;
