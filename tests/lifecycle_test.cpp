@@ -703,6 +703,44 @@ at::Tensor wrapped(double v) {
   return t;
 }
 
+// Note [Where a forward stops repeating]: the first top-level op whose outputs differ between two
+// runs is named, past an op that returns uninitialised memory (whose bytes differ too, the second
+// run's empty() getting the block the first one wrote into) and the ops that repeat.
+TEST(OpTrail, TwoRunsFirstPartAtTheOpWhoseOutputsDifferNotAtAnUninitialisedOne) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor w = torch::randn({256});
+  const auto forward = [&] {
+    torch::Tensor buffer = torch::empty({256});
+    buffer.copy_(w);
+    const torch::Tensor y = buffer * 2 + 1;
+    return torch::dropout(y, 0.5, /*train=*/true).sum();
+  };
+  // Before each run a block of the buffer's size is written and freed, so that the run's empty()
+  // most likely gets it back holding that run's own bytes.
+  const auto dirty = [](float value) { (void)torch::full({256}, value); };
+  engine::OpTrail a, b;
+  dirty(1);
+  {
+    engine::OpTrailScope trail(a);
+    (void)forward();
+  }
+  dirty(2);
+  {
+    engine::OpTrailScope trail(b);
+    (void)forward();
+  }
+  const auto at = engine::first_divergence(a, b);
+  ASSERT_TRUE(at.has_value());
+  ASSERT_LT(*at, b.ops.size());
+  EXPECT_EQ(b.ops[*at].name, "aten::dropout");
+  EXPECT_EQ(b.ops.front().name, "aten::empty");
+  EXPECT_FALSE(engine::first_divergence(a, a).has_value());
+  // Another op at one position is a divergence too (a branch taken on a random value).
+  engine::OpTrail other = a;
+  other.ops[1].name = "aten::fill_";
+  EXPECT_EQ(engine::first_divergence(a, other), std::optional<std::size_t>(1));
+}
+
 // Note [Eager op log]: what a trace keeps of a call (the op, its host values) and its order.
 TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   torch::NoGradGuard no_grad;

@@ -18,7 +18,8 @@ class Derived(torch.nn.Module):
     """A projection with a derived per-column scale that PWAL refreshes in place."""
 
     def __init__(self, hidden: int = 16, pwal_raises: bool = False, shape_branch: bool = False,
-                 item_branch: bool = False, rand_branch: bool = False, mask_assign: bool = False):
+                 item_branch: bool = False, rand_branch: bool = False, mask_assign: bool = False,
+                 dropout: bool = False):
         super().__init__()
         self.proj = torch.nn.Linear(hidden, hidden, bias=False)
         self.proj.weight.requires_grad_(False)
@@ -31,6 +32,7 @@ class Derived(torch.nn.Module):
         self.item_branch = item_branch
         self.rand_branch = rand_branch
         self.mask_assign = mask_assign
+        self.dropout = dropout
 
     def load_weights(self, weights):
         return graphcheck.default_load_weights(self, weights)
@@ -56,6 +58,8 @@ class Derived(torch.nn.Module):
         if self.mask_assign:  # nonzero on the data inside index_put_, whatever the value
             y = y.clone()
             y[y > 0] = x.shape[0]
+        if self.dropout:
+            y = torch.nn.functional.dropout(y, 0.25, training=True)  # left in training mode
         return y
 
     def make_inputs(self, batch_size, seed):
@@ -205,6 +209,17 @@ def test_item_on_data_is_a_host_sync_at_its_line():
                 if "self.proj.weight.sum().item() > 0" in text)
     assert any("host sync" in f["message"] and f"aten::item ({__file__}:{line}) at batch size" in f["message"]
                for f in record.findings), record.explain()
+
+
+def test_a_nondeterministic_forward_names_the_op_and_line_where_runs_part():
+    """Note [Where a forward stops repeating]: the ops before the dropout repeat, so it is named."""
+    record = graphcheck.check(Derived, scenario={"config": {"dropout": True}})
+    assert not record.passed
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "torch.nn.functional.dropout(y, 0.25" in text)
+    named = [f for f in record.findings if "nondeterministic" in f["message"]]
+    assert named, record.explain()
+    assert f"first part at aten::dropout ({__file__}:{line}), op " in named[0]["message"], record.explain()
 
 
 @pytest.mark.parametrize("config", [{"rand_branch": True}, {"mask_assign": True}], ids=["rand-item", "mask-assign"])

@@ -282,6 +282,12 @@ struct NoiseEvent : PhaseEvent {
   TensorList first, second;  // the two runs' outputs
   double max_abs = 0;        // the largest element difference (the noise floor)
   double allowed = 0;
+  // Where a forward that did not repeat (max_abs > allowed) first parts between two more runs:
+  // the top-level op ("aten::bernoulli_", with its Python line where it has one) whose outputs
+  // or whose place in the forward differ, and its position (1-based) in the forward. Empty, 0:
+  // the two runs parted nowhere (an occasional difference).
+  std::string first_divergence;
+  std::size_t first_divergence_op = 0;
 };
 
 // Growth pass, right after on_scenario_begin: dummy loads (the model's load_dummy_weights()) of

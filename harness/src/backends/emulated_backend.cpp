@@ -155,7 +155,7 @@ bool is_front_file(std::string_view file) {
 // Where a Python forward is now, as "model.py:42": the innermost frame of the tracer's Python
 // call stack outside torch's own package; "" for a C++ forward (no stack, or the Python front's
 // own frame: `python -m graphcheck` runs C++ fixtures too).
-std::string python_source_now() {
+std::string python_source_here() {
   for (const torch::jit::StackEntry& entry : torch::jit::tracer::pythonCallstack()) {
     const std::shared_ptr<torch::jit::Source> source = entry.range.source();
     if (!source || !source->filename()) continue;
@@ -181,7 +181,7 @@ std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
       for (const char* op : kCudaNoSyncOps) exempt = exempt || outer.name == op;
       if (!exempt) log->ops.push_back(fmt::format("{} (inside {})", name, outer.name));
     }
-    if (before == 0 && !log->ops.empty()) log->where = python_source_now();
+    if (before == 0 && !log->ops.empty()) log->where = python_source_here();
   }
   log->stack.push_back({name, top && takes_shape_scalar(fn)});
   return nullptr;
@@ -740,6 +740,8 @@ class EmulatedBackend final : public GraphBackend {
 }  // namespace
 
 std::unique_ptr<GraphBackend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
+
+std::string python_source_now() { return python_source_here(); }
 
 namespace {
 HostLock& host_lock() {

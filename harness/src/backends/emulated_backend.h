@@ -14,11 +14,16 @@
 // can replace it (the tracer is deprecated since PyTorch 2.11).
 
 #include <memory>
+#include <string>
 
 #include "graphcheck/engine/backend.h"
 
 namespace graphcheck {
 
 [[nodiscard]] std::unique_ptr<GraphBackend> make_emulated_backend();
+
+// Where the Python code that runs now is, as "model.py:42": the innermost frame outside torch's
+// own package and the Python front's; "" where no Python runs (a C++ model).
+[[nodiscard]] std::string python_source_now();
 
 }  // namespace graphcheck

@@ -1,12 +1,16 @@
 #include "engine/op_log.h"
 
 #include "host_sync_ops.h"
+#include "backends/emulated_backend.h"
+#include "fingerprint.h"
 
 #include <ATen/record_function.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <string>
 
 namespace graphcheck::engine {
@@ -168,6 +172,82 @@ OpLogScope::OpLogScope(OpLogDigest& out) {
 OpLogScope::~OpLogScope() {
   at::removeCallback(m_handle);
   t_log = {};
+}
+
+// ---- Note [Where a forward stops repeating] --------------------------------------------------
+
+namespace {
+
+struct OpTrailState {
+  OpTrail* out = nullptr;
+  int depth = 0;             // ops entered and not left
+  bool fingerprinting = false;  // the ops a fingerprint itself runs are no part of the forward
+};
+thread_local OpTrailState t_trail;
+
+bool returns_uninitialised(std::string_view name) {
+  for (std::string_view op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                              "aten::new_empty_strided", "aten::empty_permuted"}) {
+    if (name == op) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<at::ObserverContext> on_trail_enter(const at::RecordFunction& fn) {
+  OpTrailState& s = t_trail;
+  if (s.out == nullptr || s.fingerprinting || !is_op(fn)) return nullptr;
+  if (s.depth++ == 0) {
+    OpTrail::Op op;
+    op.name = fn.name();
+    op.where = python_source_now();
+    op.compared = !returns_uninitialised(op.name);
+    s.out->ops.push_back(std::move(op));
+  }
+  return nullptr;
+}
+
+void on_trail_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  OpTrailState& s = t_trail;
+  if (s.out == nullptr || s.fingerprinting || s.depth == 0 || !is_op(fn)) return;
+  if (--s.depth > 0 || s.out->ops.empty()) return;
+  OpTrail::Op& op = s.out->ops.back();
+  if (!op.compared) return;
+  s.fingerprinting = true;
+  try {
+    std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (const c10::IValue& v : fn.outputs()) {
+      if (!v.isTensor() || !v.toTensor().defined()) continue;
+      h = (h ^ fingerprint(v.toTensor())) * 0x100000001b3ULL;
+    }
+    op.outputs = h;
+  } catch (...) {
+    op.compared = false;  // a tensor the fingerprint cannot read says nothing either way
+  }
+  s.fingerprinting = false;
+}
+
+}  // namespace
+
+OpTrailScope::OpTrailScope(OpTrail& out) {
+  TORCH_CHECK(t_trail.out == nullptr && t_log.out == nullptr, "graphcheck: op trails do not nest");
+  t_trail = {&out, 0, false};
+  m_handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&on_trail_enter, &on_trail_exit).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
+}
+
+OpTrailScope::~OpTrailScope() {
+  at::removeCallback(m_handle);
+  t_trail = {};
+}
+
+std::optional<std::size_t> first_divergence(const OpTrail& a, const OpTrail& b) {
+  const std::size_t n = std::min(a.ops.size(), b.ops.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (a.ops[i].name != b.ops[i].name) return i;
+    if (a.ops[i].compared && b.ops[i].compared && a.ops[i].outputs != b.ops[i].outputs) return i;
+  }
+  if (a.ops.size() != b.ops.size()) return n;
+  return std::nullopt;
 }
 
 }  // namespace graphcheck::engine

@@ -22,7 +22,11 @@
 // A backend that records nothing (GraphBackend::records_forwards(): the cuda one) has no
 // recording to skip, so the pass neither logs nor runs the extra eager forwards there.
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace graphcheck::engine {
 
@@ -44,5 +48,40 @@ class OpLogScope {
  private:
   std::uint64_t m_handle;
 };
+
+// Note [Where a forward stops repeating]
+// A forward that two eager runs on one input do not repeat (Note [Nondeterministic forward],
+// replay_diff_probe.cpp) is run twice more with an op trail: each op the forward calls at the top
+// level, where its Python line is (a Python model), and a fingerprint of the tensors it returns.
+// Every op before the first that parts between the two trails returned the same tensors from the
+// same inputs, so that op is where the forward stops repeating: a random draw, a dropout left in
+// training mode, a kernel with atomics, or a branch taken on such a value (the trails then call
+// another op there). Ops that return memory they never write (aten::empty and its kin) are
+// listed but not compared: their bytes are whatever the allocator hands back.
+struct OpTrail {
+  struct Op {
+    std::string name;
+    std::string where;          // "model.py:42", or "" (a C++ model)
+    std::uint64_t outputs = 0;  // the returned tensors' fingerprints, combined
+    bool compared = true;       // false for ops whose outputs are uninitialised memory
+  };
+  std::vector<Op> ops;
+};
+
+// Records into `out` while it lives (one per thread at a time; not beside an OpLogScope).
+class OpTrailScope {
+ public:
+  explicit OpTrailScope(OpTrail& out);
+  ~OpTrailScope();
+  OpTrailScope(const OpTrailScope&) = delete;
+  OpTrailScope& operator=(const OpTrailScope&) = delete;
+
+ private:
+  std::uint64_t m_handle;
+};
+
+// The position of the first op where `b` parts from `a` (another op, or the same op returning
+// other tensors); nullopt when they agree op for op.
+[[nodiscard]] std::optional<std::size_t> first_divergence(const OpTrail& a, const OpTrail& b);
 
 }  // namespace graphcheck::engine

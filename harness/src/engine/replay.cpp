@@ -107,6 +107,27 @@ double PassRun::measure_noise(const TensorList& inputs, NoiseEvent* event) {
     event->first = std::move(first);
     event->second = std::move(second);
     event->max_abs = noise;
+    if (noise > event->allowed) {
+      // Note [Where a forward stops repeating] (engine/op_log.h): two more runs, each op traced.
+      OpTrail a, b;
+      {
+        OpTrailScope trail(a);
+        (void)eager(inputs);
+      }
+      {
+        OpTrailScope trail(b);
+        (void)eager(inputs);
+      }
+      if (const auto at = first_divergence(a, b)) {
+        const OpTrail::Op& op = *at < b.ops.size() ? b.ops[*at] : a.ops[*at];
+        const bool other_op = *at < a.ops.size() && *at < b.ops.size() && a.ops[*at].name != b.ops[*at].name;
+        event->first_divergence =
+            other_op ? fmt::format("{} in one run and {} in the other{}", a.ops[*at].name, b.ops[*at].name,
+                                   op.where.empty() ? "" : fmt::format(" ({})", op.where))
+                     : fmt::format("{}{}", op.name, op.where.empty() ? "" : fmt::format(" ({})", op.where));
+        event->first_divergence_op = *at + 1;
+      }
+    }
   }
   return noise;
 }

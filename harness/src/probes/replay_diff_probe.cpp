@@ -62,22 +62,35 @@ class ReplayDiffProbe final : public EmptyProbe {
     m_nondeterminism_reported = true;
     const OutputDiff d = diff_outputs(e.second, e.first, e.allowed);
     const bool exact = e.allowed == 0;
+    // Note [Where a forward stops repeating] (engine/op_log.h)
+    const std::string where =
+        e.first_divergence.empty()
+            ? std::string()
+            : fmt::format("; two more runs first part at {}, op {} of the forward, where every op before it "
+                          "returned the same tensors",
+                          e.first_divergence, e.first_divergence_op);
+    std::vector<std::pair<std::string, std::string>> evidence = {
+        {"cause", "nondeterministic"},
+        {"batch_size", std::to_string(e.batch_size)},
+        {"max_abs", fmt::format("{:.6g}", d.max_abs)},
+        {"mismatched_elements", std::to_string(d.mismatches)},
+        {"first_mismatch", fmt::format("output {} element {}", d.output, d.first_index)},
+        {"allowed", fmt::format("{:.6g}", e.allowed)}};
+    if (!e.first_divergence.empty()) {
+      evidence.emplace_back("first_divergence", fmt::format("{}, op {}", e.first_divergence, e.first_divergence_op));
+    }
     ctx.fail(name(), e, "eager(A) vs eager(A)",
              fmt::format("forward is nondeterministic: two eager runs of model A on the same input at batch "
-                         "size {} differ by max abs {:.6g} in {} elements (first at output {} element {}){}: "
+                         "size {} differ by max abs {:.6g} in {} elements (first at output {} element {}){}{}: "
                          "usual causes are dropout or another training-mode layer left on (eval(), "
                          "training=False), random numbers drawn in forward, and kernels with atomics "
                          "(index_add, scatter_add, split-K GEMM); until forward repeats, the other "
                          "differences reported for this scenario are not evidence of stale memory",
                          e.batch_size, d.max_abs, d.mismatches, d.output, d.first_index,
                          exact ? " on an exact backend, where they must be equal"
-                               : fmt::format(", beyond the output dtype's rounding ({:.6g})", e.allowed)),
-             {{"cause", "nondeterministic"},
-              {"batch_size", std::to_string(e.batch_size)},
-              {"max_abs", fmt::format("{:.6g}", d.max_abs)},
-              {"mismatched_elements", std::to_string(d.mismatches)},
-              {"first_mismatch", fmt::format("output {} element {}", d.output, d.first_index)},
-              {"allowed", fmt::format("{:.6g}", e.allowed)}});
+                               : fmt::format(", beyond the output dtype's rounding ({:.6g})", e.allowed),
+                         where),
+             evidence);
   }
 
   void on_compare_end(RunContext& ctx, const CompareEvent& e) override {
