@@ -8,7 +8,8 @@ The contract mirrors vLLM's model code:
 
 * required: ``load_weights(weights) -> set[str]`` (or None, as SGLang's: the names it took
   from the stream), ``process_weights_after_loading()``,
-  ``forward(*inputs)``, ``make_inputs(batch_size, seed)``;
+  ``forward(*inputs)``, ``make_inputs(batch_size, seed)`` (a tensor, a tuple of tensors, or,
+  as Hugging Face models take them, a dict of the forward's keyword arguments);
 * optional: ``checkpoint_mapping()`` (or vLLM's ``stacked_params_mapping``), ``extra_tensors()``,
   ``expected_hooks()``, ``load_dummy_weights(seed)``, ``stage_for_refit()``,
   ``synthesize_checkpoint(seed)``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import types
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -222,13 +224,48 @@ class ModelAdapter:
                 stage()
 
     def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        keywords = self._keywords(inputs)
         with torch.no_grad():
-            out = self.model(*inputs)
+            if keywords is None:
+                out = self.model(*inputs)
+            else:
+                names, constants = keywords
+                out = self.model(**constants, **dict(zip(names, inputs)))
         return _tensor_list(out, f"{type(self.model).__name__}.forward()")
 
     def make_inputs(self, batch_size: int, seed: int) -> list[torch.Tensor]:
         out = self.model.make_inputs(batch_size, seed)
-        return _tensor_list(out, f"{type(self.model).__name__}.make_inputs()")
+        what = f"{type(self.model).__name__}.make_inputs()"
+        if not isinstance(out, Mapping):
+            return _tensor_list(out, what)
+        # Hugging Face style: the forward's keyword arguments. The engine passes tensors, so the
+        # tensors go as a list in the mapping's order, and the rest (flags, None) are kept here
+        # and passed with them to every forward of this model and of its other instances
+        # (model B is another instance: it never sees make_inputs()).
+        names = [str(k) for k, v in out.items() if isinstance(v, torch.Tensor)]
+        constants = {str(k): v for k, v in out.items() if not isinstance(v, torch.Tensor)}
+        if not names:
+            raise ContractError(f"{what} returned a mapping with no tensor in it ({', '.join(map(str, out)) or 'empty'}): "
+                                "return the forward's tensor arguments, by name or in order")
+        known = getattr(self, "_keyword_inputs", None)
+        if known is not None and (known[0] != names or known[1].keys() != constants.keys()):
+            raise ContractError(
+                f"{what} returned the keyword arguments {names} (tensors) and {sorted(constants)} (other values) "
+                f"at batch size {batch_size}, but {known[0]} and {sorted(known[1])} before: return the same "
+                "names at every batch size and seed, in the same order")
+        _KEYWORD_INPUTS[type(self.model)] = (names, constants)
+        self._keyword_inputs = (names, constants)
+        return [out[k] for k in names]
+
+    def _keywords(self, inputs: list[torch.Tensor]) -> tuple[list[str], dict[str, Any]] | None:
+        """The keyword names of the forward's inputs, where make_inputs() gave a mapping (it may
+        have been asked on another instance of the model: model B's forward)."""
+        keywords = getattr(self, "_keyword_inputs", None) or _KEYWORD_INPUTS.get(type(self.model))
+        if keywords is not None and len(keywords[0]) != len(inputs):
+            raise ContractError(
+                f"{type(self.model).__name__}.forward() is given {len(inputs)} tensors, but make_inputs() "
+                f"named {len(keywords[0])} ({', '.join(keywords[0])})")
+        return keywords
 
     def checkpoint_mapping(self) -> list[tuple[str, str, int, int, int, int, tuple[int, ...]]]:
         mapping = getattr(self.model, "checkpoint_mapping", None)
@@ -330,6 +367,11 @@ def default_load_weights(model: torch.nn.Module, weights: Iterable[tuple[str, to
         load_tensor(name, params[name], tensor)
         loaded.add(name)
     return loaded
+
+
+# The keyword names (and the non-tensor values) of the inputs make_inputs() last gave as a
+# mapping, per model class: model B and the other instances a pass builds take model A's.
+_KEYWORD_INPUTS: dict[type, tuple[list[str], dict[str, Any]]] = {}
 
 
 def _tensor_list(value: Any, what: str) -> list[torch.Tensor]:

@@ -222,6 +222,48 @@ def test_a_nondeterministic_forward_names_the_op_and_line_where_runs_part():
     assert f"first part at aten::dropout ({__file__}:{line}), op " in named[0]["message"], record.explain()
 
 
+class KeywordInputs(torch.nn.Module):
+    """Hugging Face style: make_inputs() returns the forward's keyword arguments, with a flag."""
+
+    def __init__(self, hidden: int = 8, renamed: bool = False):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, hidden, bias=False)
+        self.proj.weight.requires_grad_(False)
+        self.hidden = hidden
+        self.renamed = renamed
+        self.calls = 0
+
+    def load_weights(self, weights):
+        return graphcheck.default_load_weights(self, weights)
+
+    def process_weights_after_loading(self):
+        pass
+
+    def forward(self, hidden_states, attention_mask=None, output_scale=None):
+        if attention_mask is None or output_scale is None:
+            raise TypeError("forward() needs attention_mask and output_scale by keyword")
+        return self.proj(hidden_states) * attention_mask * output_scale
+
+    def make_inputs(self, batch_size: int, seed: int):
+        self.calls += 1
+        g = torch.Generator().manual_seed(seed)
+        mask_name = "mask" if self.renamed and self.calls > 1 else "attention_mask"
+        return {"hidden_states": torch.randn(batch_size, self.hidden, generator=g),
+                mask_name: torch.ones(batch_size, 1), "output_scale": 0.5}
+
+
+def test_make_inputs_may_return_the_forwards_keyword_arguments():
+    record = graphcheck.check(KeywordInputs)
+    assert record.passed, record.explain()
+
+
+def test_keyword_inputs_that_change_names_are_refused_naming_both():
+    record = graphcheck.check(KeywordInputs, scenario={"config": {"renamed": True}})
+    assert record.exit_code == 2, record.explain()
+    text = record.explain()
+    assert "['hidden_states', 'mask']" in text and "['hidden_states', 'attention_mask']" in text, text
+
+
 @pytest.mark.parametrize("config", [{"rand_branch": True}, {"mask_assign": True}], ids=["rand-item", "mask-assign"])
 def test_host_syncs_near_shapes_are_still_host_syncs(config):
     record = graphcheck.check(Derived, scenario={"config": config})
