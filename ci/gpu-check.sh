@@ -11,6 +11,13 @@
 # with summary.txt: versions, device, each step's exit code and time. Sized for under 8 minutes
 # on one H200. Exit: the highest step's exit code (2: the machine lacks something, named).
 #
+# Where one command may run 10 minutes at most (the device tool), run it as two calls on the same
+# machine, the second while the first's build tree is still there, each within 10 minutes by its
+# steps' limits (configure 120 s + build 450 s; GPU tests 240 s + suite 150 s + kill matrix
+# 180 s):
+#   GRAPHCHECK_GPU_ONLY_BUILD=1 bash ci/gpu-check.sh     # configure and build
+#   GRAPHCHECK_GPU_SKIP_BUILD=1 bash ci/gpu-check.sh     # the three GPU steps on that build
+#
 #   PYTHON                      the Python whose torch is used (default python3)
 #   GRAPHCHECK_GPU_BUNDLE       the bundle (default .cache/gpu-bundle)
 #   GRAPHCHECK_GPU_BUILD_DIR    the build tree (default build-gpu)
@@ -18,6 +25,8 @@
 #   GRAPHCHECK_GPU_ONLY_BUILD=1 configure and build only (what a machine without a GPU can check)
 #   GRAPHCHECK_GPU_TARGETS      build these ninja targets instead of all (with ONLY_BUILD: a quick
 #                               check that the bundle's headers and libraries are the ones used)
+#   GRAPHCHECK_GPU_SKIP_BUILD=1 run the GPU steps on the build tree an earlier call built (exit 2
+#                               naming it where there is none)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=ci/lib/cores.sh
@@ -101,10 +110,16 @@ configure=(cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
 [[ -n $pkgconf ]] && configure+=("-DPKG_CONFIG_EXECUTABLE=$pkgconf")
 # Only the bundle's packages, never a half-installed system copy.
 configure+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local")
-step configure 300 "${configure[@]}" || die "configure failed: see $out/configure.log"
-read -ra targets <<<"${GRAPHCHECK_GPU_TARGETS:-}"
-step build 420 cmake --build "$build_dir" --parallel "$(cores)" ${targets[@]:+--target "${targets[@]}"} ||
-  die "build failed: see $out/build.log"
+if [[ ${GRAPHCHECK_GPU_SKIP_BUILD:-0} == 1 ]]; then
+  [[ -x $build_dir/bin/graphcheck && -f $build_dir/CTestTestfile.cmake ]] ||
+    die "GRAPHCHECK_GPU_SKIP_BUILD=1, but $build_dir holds no built tree (no bin/graphcheck or CTestTestfile.cmake): run GRAPHCHECK_GPU_ONLY_BUILD=1 bash ci/gpu-check.sh first, on this machine"
+  say "the build tree of an earlier call: $build_dir"
+else
+  step configure 120 "${configure[@]}" || die "configure failed: see $out/configure.log"
+  read -ra targets <<<"${GRAPHCHECK_GPU_TARGETS:-}"
+  step build 450 cmake --build "$build_dir" --parallel "$(cores)" ${targets[@]:+--target "${targets[@]}"} ||
+    die "build failed: see $out/build.log"
+fi
 if [[ ${GRAPHCHECK_GPU_ONLY_BUILD:-0} == 1 ]]; then
   say "built only (GRAPHCHECK_GPU_ONLY_BUILD=1) in $((SECONDS - t0)) s"
   exit 0
@@ -118,10 +133,10 @@ export OMP_NUM_THREADS=1
 # would run them a second time, so they are left to GRAPHCHECK_GPU_ALL_TESTS=1.
 exclude=(-E 'EveryMutationIsCaught')
 [[ ${GRAPHCHECK_GPU_ALL_TESTS:-0} == 1 ]] && exclude=()
-step gpu-tests 300 ctest --test-dir "$build_dir" -L gpu "${exclude[@]}" --output-on-failure \
+step gpu-tests 240 ctest --test-dir "$build_dir" -L gpu "${exclude[@]}" --output-on-failure \
   --parallel "$jobs" --output-junit "$out/gpu-tests.junit.xml"
-step run 240 "$gc" run scenarios/ --backend cuda -j "$jobs" --report-dir "$out/run"
-step mutants 300 "$gc" mutants scenarios/ --backend cuda -j "$jobs" --report-dir "$out/mutants"
+step run 150 "$gc" run scenarios/ --backend cuda -j "$jobs" --report-dir "$out/run"
+step mutants 180 "$gc" mutants scenarios/ --backend cuda -j "$jobs" --report-dir "$out/mutants"
 
 status=0
 for i in "${!step_names[@]}"; do
