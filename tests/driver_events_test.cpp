@@ -1352,6 +1352,50 @@ TEST(GeneratedNames, ALoaderThatFailsOnTheGeneratedNamesIsToldWhatTheCheckpointH
       << message;
 }
 
+// Note [Synthesis before the model]: one fresh model synthesizes every seed where the default
+// synthesis runs; a model's own synthesize_checkpoint() is still called on a freshly constructed
+// model every time (model.h), each seed on an instance of its own.
+class OwnSynthesisModel final : public LifecycleModel {
+ public:
+  static inline int syntheses = 0, on_a_used_instance = 0;
+  explicit OwnSynthesisModel(const ModelConfig&) { m_module.register_parameter("w", torch::zeros({4, 4}), false); }
+  torch::nn::Module& module() override { return m_module; }
+  std::set<std::string> load_weights(WeightStream& weights) override { return load_module_weights(*this, weights); }
+  void process_weights_after_loading() override {}
+  torch::Tensor forward(const torch::Tensor& x) override { return torch::matmul(x, m_module.named_parameters()["w"]); }
+  torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 4}); }
+  std::vector<NamedTensor> synthesize_checkpoint(std::uint64_t seed) override {
+    ++syntheses;
+    if (m_synthesized) ++on_a_used_instance;
+    m_synthesized = true;
+    return {{"w", torch::full({4, 4}, static_cast<float>(seed))}};
+  }
+
+ private:
+  torch::nn::Module m_module;
+  bool m_synthesized = false;
+};
+GRAPHCHECK_REGISTER_MODEL("test_own_synthesis", [](const ModelConfig& c) { return std::make_unique<OwnSynthesisModel>(c); });
+
+TEST(Presynthesis, AModelsOwnSynthesisRunsOnAFreshModelForEverySeed) {
+  Scenario s;
+  s.name = "own-synthesis";
+  s.file = "own_synthesis.yaml";
+  s.fixture = "test_own_synthesis";
+  s.batch_sizes = {1};
+  s.checks = {"census"};
+  for (std::uint64_t seed : {2, 3}) {
+    RefitSpec r;
+    r.seed = seed;
+    s.cycles.push_back(r);
+  }
+  OwnSynthesisModel::syntheses = OwnSynthesisModel::on_a_used_instance = 0;
+  const ScenarioRecord r = run_scenario(s, options_with({}));
+  ASSERT_EQ(r.status, Status::passed) << r.reason;
+  EXPECT_EQ(OwnSynthesisModel::syntheses, 3);
+  EXPECT_EQ(OwnSynthesisModel::on_a_used_instance, 0);
+}
+
 // Note [Fresh memory alike in every build]: the deterministic mode the stream-order pass builds
 // in says nothing of itself (its alerts would read as if the user had asked for it); the model's
 // own warnings still reach the handler.

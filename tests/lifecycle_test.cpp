@@ -704,20 +704,27 @@ at::Tensor wrapped(double v) {
 }
 
 // Note [Where a forward stops repeating]: the first top-level op whose outputs differ between two
-// runs is named, past an op that returns uninitialised memory (whose bytes differ too, the second
-// run's empty() getting the block the first one wrote into) and the ops that repeat.
+// runs is named, past ops that return uninitialised memory or write into part of it (whose bytes
+// differ too, each run's empty() getting a block written before it) and the ops that repeat.
 TEST(OpTrail, TwoRunsFirstPartAtTheOpWhoseOutputsDifferNotAtAnUninitialisedOne) {
   torch::NoGradGuard no_grad;
   const torch::Tensor w = torch::randn({256});
+  const torch::Tensor half = torch::arange(256) < 128;
   const auto forward = [&] {
     torch::Tensor buffer = torch::empty({256});
     buffer.copy_(w);
-    const torch::Tensor y = buffer * 2 + 1;
+    // An in-place op on uninitialised memory that leaves half of it as it was.
+    torch::Tensor partial = torch::empty({256});
+    partial.masked_fill_(half, 1.0);
+    const torch::Tensor y = buffer * 2 + 1 + partial.narrow(0, 0, 128).sum();
     return torch::dropout(y, 0.5, /*train=*/true).sum();
   };
-  // Before each run a block of the buffer's size is written and freed, so that the run's empty()
-  // most likely gets it back holding that run's own bytes.
-  const auto dirty = [](float value) { (void)torch::full({256}, value); };
+  // Before each run blocks of the buffers' size are written and freed, so that the run's empty()
+  // calls most likely get them back holding that run's own bytes.
+  const auto dirty = [](float value) {
+    const torch::Tensor a = torch::full({256}, value);
+    const torch::Tensor b = torch::full({256}, value + 10);
+  };
   engine::OpTrail a, b;
   dirty(1);
   {

@@ -631,6 +631,7 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
   // else holds it: fresh memory is zeroed by the kernel as it is faulted in, a quarter of a
   // synthesis again.
   constexpr std::int64_t kAlign = 64;
+  constexpr std::int64_t kHugeSlab = std::int64_t{64} << 20;  // past glibc's largest mmap threshold
   std::int64_t slab_bytes = 0;
   for (const auto& e : layout) {
     if (!drawn(e.region.scalar_type())) continue;
@@ -638,11 +639,13 @@ std::vector<NamedTensor> LifecycleModel::synthesize_checkpoint(std::uint64_t see
   }
   torch::Tensor slab;
   SynthesisSlabs* kept = t_synthesis_slabs;
+  if (kept) kept->default_ran = true;
   if (kept && kept->slab.defined() && kept->slab.numel() >= slab_bytes && kept->slab.storage().use_count() == 1) {
     slab = kept->slab;  // every byte a tensor holds is drawn anew
   } else {
     slab = torch::empty({slab_bytes}, torch::TensorOptions().dtype(torch::kUInt8));
-    support::advise_huge_pages(slab.data_ptr(), static_cast<std::size_t>(slab_bytes));
+    // Only a block the allocator maps on its own: advice on a heap region outlives the block.
+    if (slab_bytes >= kHugeSlab) support::advise_huge_pages(slab.data_ptr(), static_cast<std::size_t>(slab_bytes));
     if (kept) kept->slab = slab;
   }
   std::int64_t slab_at = 0;

@@ -16,6 +16,9 @@ class SynthesisSlabs {
   SynthesisSlabs& operator=(const SynthesisSlabs&) = delete;
 
   torch::Tensor slab;  // the last synthesis's block
+  // Set by the default synthesis when it runs: where a model's own synthesize_checkpoint() ran
+  // instead, the caller keeps its promise of a fresh model for the next seed.
+  bool default_ran = false;
 
  private:
   SynthesisSlabs* m_outer;

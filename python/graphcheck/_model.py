@@ -9,7 +9,8 @@ The contract mirrors vLLM's model code:
 * required: ``load_weights(weights) -> set[str]`` (or None, as SGLang's: the names it took
   from the stream), ``process_weights_after_loading()``,
   ``forward(*inputs)``, ``make_inputs(batch_size, seed)`` (a tensor, a tuple of tensors, or,
-  as Hugging Face models take them, a dict of the forward's keyword arguments);
+  as Hugging Face models take them, a dict of the forward's keyword arguments, whose other values
+  are plain and the same at every call);
 * optional: ``checkpoint_mapping()`` (or vLLM's ``stacked_params_mapping``), ``extra_tensors()``,
   ``expected_hooks()``, ``load_dummy_weights(seed)``, ``stage_for_refit()``,
   ``synthesize_checkpoint(seed)``.
@@ -242,17 +243,26 @@ class ModelAdapter:
         # tensors go as a list in the mapping's order, and the rest (flags, None) are kept here
         # and passed with them to every forward of this model and of its other instances
         # (model B is another instance: it never sees make_inputs()).
-        names = [str(k) for k, v in out.items() if isinstance(v, torch.Tensor)]
-        constants = {str(k): v for k, v in out.items() if not isinstance(v, torch.Tensor)}
+        if not all(isinstance(k, str) for k in out):
+            raise ContractError(f"{what} returned a mapping with keys that are not names ({', '.join(repr(k) for k in out)}): "
+                                "return the forward's keyword arguments by name")
+        names = [k for k, v in out.items() if isinstance(v, torch.Tensor)]
+        constants = {k: v for k, v in out.items() if not isinstance(v, torch.Tensor)}
         if not names:
-            raise ContractError(f"{what} returned a mapping with no tensor in it ({', '.join(map(str, out)) or 'empty'}): "
+            raise ContractError(f"{what} returned a mapping with no tensor in it ({', '.join(out) or 'empty'}): "
                                 "return the forward's tensor arguments, by name or in order")
+        for k, v in constants.items():
+            if not _plain(v):
+                raise ContractError(
+                    f"{what} returned {k}={type(v).__name__}: besides tensors, the keyword arguments it returns "
+                    "are passed as they are to every forward, model B's too, so they must be plain values "
+                    "(None, bool, int, float, str, or tuples of them); make a cache or a list of tensors in forward")
         known = getattr(self, "_keyword_inputs", None)
-        if known is not None and (known[0] != names or known[1].keys() != constants.keys()):
+        if known is not None and (known[0] != names or known[1] != constants):
             raise ContractError(
-                f"{what} returned the keyword arguments {names} (tensors) and {sorted(constants)} (other values) "
-                f"at batch size {batch_size}, but {known[0]} and {sorted(known[1])} before: return the same "
-                "names at every batch size and seed, in the same order")
+                f"{what} returned the keyword arguments {names} (tensors) and {constants} (other values) "
+                f"at batch size {batch_size}, but {known[0]} and {known[1]} before: return the same names and "
+                "values at every batch size and seed, in the same order (the tensors may change)")
         _KEYWORD_INPUTS[type(self.model)] = (names, constants)
         self._keyword_inputs = (names, constants)
         return [out[k] for k in names]
@@ -372,6 +382,13 @@ def default_load_weights(model: torch.nn.Module, weights: Iterable[tuple[str, to
 # The keyword names (and the non-tensor values) of the inputs make_inputs() last gave as a
 # mapping, per model class: model B and the other instances a pass builds take model A's.
 _KEYWORD_INPUTS: dict[type, tuple[list[str], dict[str, Any]]] = {}
+
+
+def _plain(value: Any) -> bool:
+    """None, a bool, number or string, or a tuple of them: what may go unchanged to every forward."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, tuple) and all(_plain(v) for v in value)
 
 
 def _tensor_list(value: Any, what: str) -> list[torch.Tensor]:

@@ -225,8 +225,9 @@ def test_a_nondeterministic_forward_names_the_op_and_line_where_runs_part():
 class KeywordInputs(torch.nn.Module):
     """Hugging Face style: make_inputs() returns the forward's keyword arguments, with a flag."""
 
-    def __init__(self, hidden: int = 8, renamed: bool = False):
+    def __init__(self, hidden: int = 8, renamed: bool = False, scale_per_batch: bool = False):
         super().__init__()
+        self.scale_per_batch = scale_per_batch
         self.proj = torch.nn.Linear(hidden, hidden, bias=False)
         self.proj.weight.requires_grad_(False)
         self.hidden = hidden
@@ -249,7 +250,8 @@ class KeywordInputs(torch.nn.Module):
         g = torch.Generator().manual_seed(seed)
         mask_name = "mask" if self.renamed and self.calls > 1 else "attention_mask"
         return {"hidden_states": torch.randn(batch_size, self.hidden, generator=g),
-                mask_name: torch.ones(batch_size, 1), "output_scale": 0.5}
+                mask_name: torch.ones(batch_size, 1),
+                "output_scale": 1.0 / batch_size if self.scale_per_batch else 0.5}
 
 
 def test_make_inputs_may_return_the_forwards_keyword_arguments():
@@ -262,6 +264,16 @@ def test_keyword_inputs_that_change_names_are_refused_naming_both():
     assert record.exit_code == 2, record.explain()
     text = record.explain()
     assert "['hidden_states', 'mask']" in text and "['hidden_states', 'attention_mask']" in text, text
+
+
+def test_keyword_values_that_change_between_calls_are_refused():
+    """A value passed unchanged to every forward that make_inputs() makes per batch size would be
+    the last call's at every other batch size: refused, naming both."""
+    record = graphcheck.check(KeywordInputs, scenario={"config": {"scale_per_batch": True},
+                                                       "capture": {"batch_sizes": [1, 4]}})
+    assert record.exit_code == 2, record.explain()
+    text = record.explain()
+    assert "'output_scale': 0.25" in text and "'output_scale': 1.0" in text, text
 
 
 @pytest.mark.parametrize("config", [{"rand_branch": True}, {"mask_assign": True}], ids=["rand-item", "mask-assign"])

@@ -106,9 +106,9 @@ void PassRun::run() {
 // constructs model A; later passes find them made (Driver::checkpoint_for caches by seed). A
 // synthesis that fails here is left to its own refit, which fails the same way and is reported
 // there, in its cycle and phase. Bucket sweeps (whose seeds depend on the checkpoint's size) and
-// the trainer's refits of a distributed scenario stay lazy. One fresh model synthesizes every
-// seed here, each into the block the last one's tensors were drawn in (Note [One slab per
-// synthesis]).
+// the trainer's refits of a distributed scenario stay lazy. Where the model keeps the default
+// synthesis, one fresh model synthesizes every seed here, each into the block the last one's
+// tensors were drawn in (Note [One slab per synthesis]).
 void PassRun::presynthesize() {
   const Scenario& s = scenario();
   std::vector<std::uint64_t> seeds;
@@ -120,16 +120,20 @@ void PassRun::presynthesize() {
       if (synthesized) seeds.push_back(spec.seed + (m_driver.seed() - s.seed));
     }
   }
-  // One fresh model for them all: on the synthetic 10,000-tensor model of 512 MiB a construction
-  // was a quarter of each synthesis (issue 26).
+  // One fresh model for them all where the default synthesis runs: on the synthetic
+  // 10,000-tensor model of 512 MiB a construction was a quarter of each synthesis (issue 26).
   std::unique_ptr<LifecycleModel> fresh;
   std::optional<SynthesisSlabs> slabs(std::in_place);  // Note [One slab per synthesis]
   for (std::uint64_t seed : seeds) {
+    slabs->default_ran = false;
     try {
       (void)m_driver.checkpoint_for(seed, *this, [&] { return construct_synthesis(); }, &fresh);
     } catch (const std::exception&) {
       break;  // reported where the lifecycle meets it
     }
+    // The default reads only the layout; a model's own synthesize_checkpoint() is promised a
+    // freshly constructed model every time (model.h).
+    if (!slabs->default_ran) fresh.reset();
   }
   slabs.reset();
   fresh.reset();

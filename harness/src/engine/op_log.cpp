@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <vector>
 #include <string>
 
 namespace graphcheck::engine {
@@ -180,8 +181,11 @@ namespace {
 
 struct OpTrailState {
   OpTrail* out = nullptr;
-  int depth = 0;             // ops entered and not left
+  int depth = 0;                // ops entered and not left
   bool fingerprinting = false;  // the ops a fingerprint itself runs are no part of the forward
+  // The storages of uninitialised outputs: an op that writes into one (masked_fill_ on an
+  // empty() buffer) may leave bytes of it unwritten, so its outputs are not compared either.
+  std::vector<const void*> uninitialised;
 };
 thread_local OpTrailState t_trail;
 
@@ -196,14 +200,36 @@ bool returns_uninitialised(std::string_view name) {
 std::unique_ptr<at::ObserverContext> on_trail_enter(const at::RecordFunction& fn) {
   OpTrailState& s = t_trail;
   if (s.out == nullptr || s.fingerprinting || !is_op(fn)) return nullptr;
-  if (s.depth++ == 0) {
-    OpTrail::Op op;
+  if (s.depth == 0) {
+    OpTrail::Op& op = s.out->ops.emplace_back();
     op.name = fn.name();
-    op.where = python_source_now();
     op.compared = !returns_uninitialised(op.name);
-    s.out->ops.push_back(std::move(op));
+    try {
+      op.where = python_source_now();
+    } catch (...) {
+      // The place is a detail: the op stands without it.
+    }
   }
+  ++s.depth;
   return nullptr;
+}
+
+const void* storage_of(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+}
+
+// The tensors an op returns: a tensor, a list of them, or numbers (aten::item's).
+template <class Fn>
+void for_each_output(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) fn(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) fn(e.toTensor());
+    }
+  }
 }
 
 void on_trail_exit(const at::RecordFunction& fn, at::ObserverContext*) {
@@ -211,13 +237,33 @@ void on_trail_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   if (s.out == nullptr || s.fingerprinting || s.depth == 0 || !is_op(fn)) return;
   if (--s.depth > 0 || s.out->ops.empty()) return;
   OpTrail::Op& op = s.out->ops.back();
+  const auto uninitialised = [&](const at::Tensor& t) {
+    const void* storage = storage_of(t);
+    return storage != nullptr && std::find(s.uninitialised.begin(), s.uninitialised.end(), storage) != s.uninitialised.end();
+  };
+  for (const c10::IValue& v : fn.outputs()) {
+    for_each_output(v, [&](const at::Tensor& t) {
+      if (!op.compared && storage_of(t) != nullptr) s.uninitialised.push_back(storage_of(t));
+      if (op.compared && uninitialised(t)) op.compared = false;
+    });
+  }
   if (!op.compared) return;
   s.fingerprinting = true;
   try {
     std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+    const auto mix = [&h](std::uint64_t x) { h = (h ^ x) * 0x100000001b3ULL; };
     for (const c10::IValue& v : fn.outputs()) {
-      if (!v.isTensor() || !v.toTensor().defined()) continue;
-      h = (h ^ fingerprint(v.toTensor())) * 0x100000001b3ULL;
+      if (v.isInt()) mix(static_cast<std::uint64_t>(v.toInt()));
+      if (v.isBool()) mix(v.toBool() ? 1 : 2);
+      if (v.isDouble()) {
+        const double d = v.toDouble();
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &d, sizeof(bits));
+        mix(bits);
+      }
+      for_each_output(v, [&](const at::Tensor& t) {
+        if (t.defined()) mix(fingerprint(t));
+      });
     }
     op.outputs = h;
   } catch (...) {
@@ -230,7 +276,7 @@ void on_trail_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 
 OpTrailScope::OpTrailScope(OpTrail& out) {
   TORCH_CHECK(t_trail.out == nullptr && t_log.out == nullptr, "graphcheck: op trails do not nest");
-  t_trail = {&out, 0, false};
+  t_trail = {&out, 0, false, {}};
   m_handle = at::addThreadLocalCallback(
       at::RecordFunctionCallback(&on_trail_enter, &on_trail_exit).needsOutputs(true).scopes({at::RecordScope::FUNCTION}));
 }

@@ -56,8 +56,11 @@ class OpLogScope {
 // Every op before the first that parts between the two trails returned the same tensors from the
 // same inputs, so that op is where the forward stops repeating: a random draw, a dropout left in
 // training mode, a kernel with atomics, or a branch taken on such a value (the trails then call
-// another op there). Ops that return memory they never write (aten::empty and its kin) are
-// listed but not compared: their bytes are whatever the allocator hands back.
+// another op there). Ops that return memory they never write (aten::empty and its kin), and ops
+// that return a tensor of that memory (masked_fill_ on an empty() buffer may leave bytes of it
+// unwritten), are listed but not compared: those bytes are whatever the allocator hands back.
+// Lists of tensors and numbers an op returns are compared too. Traced once per pass; a run that
+// fails leaves the place unnamed.
 struct OpTrail {
   struct Op {
     std::string name;

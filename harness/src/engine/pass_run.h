@@ -331,6 +331,7 @@ class PassRun final : public RunContext {
   int m_reference_cycle = -1;
   bool m_skip_refit_pwal = false;  // a kernel-format refit: the protocol runs no PWAL
   bool m_quiet = false;
+  bool m_trailed = false;  // Note [Where a forward stops repeating]: once per pass
   std::map<const void*, std::string> m_module_paths;
 
   std::deque<CycleStep> m_steps;   // the cycles as run so far (stable addresses)

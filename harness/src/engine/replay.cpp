@@ -107,18 +107,26 @@ double PassRun::measure_noise(const TensorList& inputs, NoiseEvent* event) {
     event->first = std::move(first);
     event->second = std::move(second);
     event->max_abs = noise;
-    if (noise > event->allowed) {
-      // Note [Where a forward stops repeating] (engine/op_log.h): two more runs, each op traced.
+    if (noise > event->allowed && !m_trailed) {
+      // Note [Where a forward stops repeating] (engine/op_log.h): two more runs, each op traced,
+      // once per pass (the finding is the first batch size's). A run that fails now (a forward
+      // that fails only sometimes) leaves the place unnamed: the finding stands without it.
+      m_trailed = true;
       OpTrail a, b;
-      {
-        OpTrailScope trail(a);
-        (void)eager(inputs);
+      try {
+        {
+          OpTrailScope trail(a);
+          (void)eager(inputs);
+        }
+        {
+          OpTrailScope trail(b);
+          (void)eager(inputs);
+        }
+      } catch (const std::exception&) {
+        a.ops.clear();
+        b.ops.clear();
       }
-      {
-        OpTrailScope trail(b);
-        (void)eager(inputs);
-      }
-      if (const auto at = first_divergence(a, b)) {
+      if (const auto at = first_divergence(a, b); at && !(a.ops.empty() && b.ops.empty())) {
         const OpTrail::Op& op = *at < b.ops.size() ? b.ops[*at] : a.ops[*at];
         const bool other_op = *at < a.ops.size() && *at < b.ops.size() && a.ops[*at].name != b.ops[*at].name;
         event->first_divergence =
