@@ -591,7 +591,7 @@ void BM_ReplayVsEager(benchmark::State& state, const std::string& fixture) {
   auto backend = gc::make_backend("emulated").backend;
   try {
     model = gc::ModelRegistry::get().find(fixture)->factory(gc::ModelConfig{});
-    // As the driver does: inference weights, which the tracer may bake in as constants.
+    // As the driver does: inference weights.
     for (auto& p : model->module().parameters(true)) p.requires_grad_(false);
     model->load_dummy_weights(1);
     model->process_weights_after_loading();

@@ -1,7 +1,7 @@
 #pragma once
 // Quantized-weight ops used by the quantized fixtures (DESIGN §1.4): block-scaled FP8 and MXFP4.
-// Registered with TORCH_LIBRARY as graphcheck::<name> so that the tracer records them and they
-// dispatch to CUDA on a GPU; these functions call the dispatcher.
+// Registered with TORCH_LIBRARY as graphcheck::<name> so that the emulated backend records each as
+// one op and they dispatch to CUDA on a GPU; these functions call the dispatcher.
 //
 // FP8 block scaling: weight [N, K] in float8_e4m3fn, one float32 weight_scale_inv per
 // block x block tile; dequantised value = float(q) * scale_inv[n / block][k / block].

@@ -179,7 +179,7 @@ TEST_F(EmulatedBackendTest, ViewOfADeclaredTensorResolvesIntoIt) {
   EXPECT_EQ(views, 1);
 }
 
-TEST_F(EmulatedBackendTest, DataPtrReadIsInvisibleToTheTracerButNotToFreshInputs) {
+TEST_F(EmulatedBackendTest, DataPtrReadIsInvisibleToTheRecordingButNotToFreshInputs) {
   // A branch on a value read through data_ptr() calls no op: the capture succeeds with the branch
   // taken at capture frozen in, and only a replay on an input that takes the other branch shows it.
   class Branchy : public TinyModel {
@@ -217,9 +217,9 @@ TEST_F(EmulatedBackendTest, SeveralInputsAndOutputs) {
   EXPECT_TRUE(torch::equal(graph->static_outputs()[1], eager[1]));
 }
 
-// Note [Lean trace epilogue]: the graph is the one torch::jit::tracer::trace() leaves, dead code
-// eliminated: an op whose result the forward drops is neither replayed nor a read of the graph.
-TEST_F(EmulatedBackendTest, AnOpWhoseResultIsDroppedIsNoReadOfTheGraph) {
+// Note [Recorded forwards]: a CUDA graph replays every kernel its capture launched, so an op whose
+// result the forward drops still runs on replay and still reads what it read.
+TEST_F(EmulatedBackendTest, AnOpWhoseResultIsDroppedStillRunsAndReads) {
   class Dropping : public TinyModel {
    public:
     torch::Tensor forward(const torch::Tensor& x) override {
@@ -231,14 +231,86 @@ TEST_F(EmulatedBackendTest, AnOpWhoseResultIsDroppedIsNoReadOfTheGraph) {
   auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
   std::set<std::string> names;
   for (const auto& r : resolve_reads(graph->reads(), AddressIndex(live_tensors(model)))) names.insert(r.name);
-  EXPECT_EQ(names, (std::set<std::string>{"w"}));
+  EXPECT_EQ(names, (std::set<std::string>{"w", "derived"}));
   graph->static_inputs().at(0).copy_(m_input);
   graph->replay();
   EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(m_input)));
 }
 
-// The same tensor passed as two inputs: two graph inputs, each its own static buffer, as
-// torch::jit::tracer::trace() makes them.
+// Note [Recorded forwards]: torch::tensor() writes host values into an aten::empty with no op. Its
+// tensor is the graph's own memory, replayed with the values the capture wrote, and no read of the
+// graph. A replay of aten::empty would hand back whatever the allocator holds.
+TEST_F(EmulatedBackendTest, ATensorBuiltFromHostValuesKeepsThemOnReplay) {
+  class Scaled : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      return x * torch::tensor({2.0F, 3.0F, 5.0F, 7.0F}) + torch::tensor(0.5F);
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  EXPECT_TRUE(graph->reads().empty()) << graph->reads().size() << " reads";
+  for (int i = 0; i < 3; ++i) {
+    const torch::Tensor fresh = torch::randn({3, 4});
+    graph->static_inputs().at(0).copy_(fresh);
+    graph->replay();
+    EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(fresh)));
+  }
+}
+
+// Note [Recorded forwards]: what the forward's own aten::empty returns is the graph's memory, the
+// same bytes at every replay (a CUDA graph's pool), and an op that writes into it (out=) runs.
+TEST_F(EmulatedBackendTest, AnEmptyBufferTheForwardWritesIsTheSameMemoryAtEveryReplay) {
+  class OutParameter : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor out = torch::empty({x.size(0), 4});
+      torch::mm_out(out, x, m_module->named_parameters(false)["w"]);
+      m_out = out;
+      return out + 1;
+    }
+    torch::Tensor m_out;
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  const void* buffer = model.m_out.data_ptr();
+  for (int i = 0; i < 2; ++i) {
+    const torch::Tensor fresh = torch::randn({3, 4});
+    graph->static_inputs().at(0).copy_(fresh);
+    graph->replay();
+    const torch::Tensor product = torch::matmul(fresh, model.m_module->named_parameters(false)["w"]);
+    EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), product + 1));
+    // The capture's buffer holds this replay's product: replay wrote into it, not into a new one.
+    EXPECT_TRUE(torch::equal(model.m_out, product)) << "replay " << i;
+    EXPECT_EQ(model.m_out.data_ptr(), buffer);
+  }
+}
+
+// Note [Recorded forwards]: replay drops each value after its last use, as eager frees it, and
+// keeps nothing of its own after it: a chain of ten 4 MiB intermediates never holds them all.
+TEST_F(EmulatedBackendTest, ReplayDropsEachValueAfterItsLastUse) {
+  class Chain : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor y = x;
+      for (int i = 0; i < 10; ++i) y = y * 1.5F + m_derived;
+      return y.sum(1);
+    }
+  } model;
+  const torch::Tensor big = torch::randn({1 << 18, 4});  // 4 MiB
+  auto graph = m_backend->capture(model, {big}, big.size(0));
+  MemoryMeter& meter = m_backend->memory_meter();
+  meter.start();
+  meter.reset_peak();
+  const std::int64_t before = meter.live_bytes();
+  const std::uint64_t moment = meter.now();
+  graph->replay();
+  const std::int64_t peak = meter.peak_bytes() - before;
+  EXPECT_EQ(meter.alive_since(moment), 0);
+  meter.stop();
+  EXPECT_LE(peak, 3 * (4 << 20)) << "peak " << peak << " bytes over the replay";
+  EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(big)));
+}
+
+// The same tensor passed as two inputs: two graph inputs, each its own static buffer.
 TEST_F(EmulatedBackendTest, OneTensorPassedAsTwoInputs) {
   class Sum : public TinyModel {
    public:

@@ -1,6 +1,8 @@
 #pragma once
 // Ops that synchronise with the host: a CUDA graph cannot capture them. Shared by the emulated
-// backend's host-sync check and the validate pass's eager op log (Note [Eager op log]).
+// backend's host-sync check and the validate pass's eager op log (Note [Eager op log]). And the
+// ops that return memory they never write, shared by the emulated backend's recorder (Note
+// [Recorded forwards]) and the op trail (Note [Where a forward stops repeating]).
 
 #include <cstring>
 
@@ -19,6 +21,15 @@ inline constexpr const char* kHostSyncOps[] = {
 
 inline bool is_host_sync_op(const char* name) {
   for (const char* op : kHostSyncOps) {
+    if (std::strcmp(name, op) == 0) return true;
+  }
+  return false;
+}
+
+// aten::empty and its kin: what their outputs hold is whatever the allocator hands back.
+inline bool returns_uninitialised(const char* name) {
+  for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                         "aten::new_empty_strided", "aten::empty_permuted"}) {
     if (std::strcmp(name, op) == 0) return true;
   }
   return false;

@@ -32,6 +32,30 @@ __all__ = [
 ]
 
 
+def _answer_capturing_in_recordings() -> None:
+    """Note [Capturing, as model code asks]: model code that must not sync with the host under a
+    CUDA graph capture asks torch whether the current stream is capturing (transformers'
+    is_tracing(), vLLM's and SGLang's capture paths) and takes another path when it is. The
+    emulated backend's recording of a forward is such a capture, so torch's answer is True there,
+    on the recording thread, and torch's own everywhere else (a real capture on a GPU included)."""
+    import torch.cuda.graphs as graphs
+
+    original = graphs.is_current_stream_capturing
+    if getattr(original, "__graphcheck__", False):
+        return
+
+    def is_current_stream_capturing() -> bool:
+        return _C.capturing() or original()
+
+    is_current_stream_capturing.__doc__ = original.__doc__
+    is_current_stream_capturing.__graphcheck__ = True
+    graphs.is_current_stream_capturing = is_current_stream_capturing
+    torch.cuda.is_current_stream_capturing = is_current_stream_capturing
+
+
+_answer_capturing_in_recordings()
+
+
 def hook(module: torch.nn.Module, name: str) -> None:
     """Announces that ``module`` ran lifecycle hook ``name`` (C++: ``GRAPHCHECK_HOOK``). The
     hooks probe resolves the module to its path ("layers.1") and checks the hooks the model

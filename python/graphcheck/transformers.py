@@ -252,11 +252,13 @@ def _static_batched_mm_experts_forward(self: torch.nn.Module, hidden_states: tor
     each token is replicated ``top_k`` times by ``expand`` + ``reshape`` instead of
     ``repeat_interleave(top_k, dim=0)`` (the same values, in the same order).
 
-    Why: under the emulated backend's TorchScript tracer ``top_k_index.size(-1)`` is a 0-dim
-    tensor, so ``repeat_interleave`` takes its Tensor-repeats overload, whose CPU kernel calls
-    ``aten::item`` on an intermediate; the engine reports that as a host sync ("not capturable"),
-    although the int overload a CUDA graph capture runs has none. The weights (fused 3-D
-    ``gate_up_proj`` / ``down_proj``) and every other step are transformers' own."""
+    Why it exists: under torch.jit's tracer, which the emulated backend captured with before
+    Note [Recorded forwards], ``top_k_index.size(-1)`` was a 0-dim tensor, so
+    ``repeat_interleave`` took its Tensor-repeats overload, whose CPU kernel calls ``aten::item``:
+    a host sync the int overload a CUDA graph capture runs does not have. The emulated backend
+    now records transformers' own ``batched_mm`` as it is; this kernel stays for the scenarios that
+    name it. The weights (fused 3-D ``gate_up_proj`` / ``down_proj``) and every other step are
+    transformers' own."""
     from transformers.integrations.moe import _batched_linear
 
     num_top_k = top_k_index.size(-1)
@@ -306,8 +308,8 @@ def from_config(config: Any, *, seq_len: int = 8, seed: int = 0, attn_implementa
     """``AutoModelForCausalLM.from_config(config)`` in eval mode, wrapped. ``seed`` seeds the
     initial weights (the global RNG is left as it was); ``experts_implementation`` picks the MoE
     experts kernel: transformers' ``batched_mm`` has static shapes and no host sync under a CUDA
-    graph; ``graphcheck_batched_mm`` is the same kernel in a form the emulated backend captures
-    (see ``_static_batched_mm_experts_forward``)."""
+    graph; ``graphcheck_batched_mm`` is the same kernel written with ``expand`` (see
+    ``_static_batched_mm_experts_forward``)."""
     hf = _require_transformers()
     kwargs: dict[str, Any] = {"attn_implementation": attn_implementation, "dtype": dtype}
     if experts_implementation == STATIC_EXPERTS:

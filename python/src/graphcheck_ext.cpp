@@ -3,11 +3,9 @@
 //
 // Note [The GIL]: the engine runs with the GIL released (cli_main drops it on entry), and every
 // call into Python code goes through call_python(), which takes it back and turns a Python
-// exception into a PythonError that carries the traceback. Tracing works across that boundary:
-// the tracer's state is thread-local, and Python's ops run on the thread that traces.
+// exception into a PythonError that carries the traceback. Recording works across that boundary:
+// the emulated backend's recorder is thread-local, and Python's ops run on the thread that records.
 
-#include <torch/csrc/jit/frontend/source_range.h>
-#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>  // the at::Tensor caster
 
 #include <pybind11/functional.h>
@@ -559,17 +557,9 @@ void install_distributed_runner() {
   });
 }
 
-// Note [Source of traced ops]: under Python, torch's tracer gives every node it records (each
-// constant it inserts for a scalar argument too) the whole Python stack as its source: a walk of
-// every frame and a text built from them, per node. In the emulated backend's traces of a
-// 10,000-tensor Python forward that was 45% of each capture (perf; 17.9 s of captures in a 36.7 s
-// run). The engine reads one thing of it: for each op (never a constant), the innermost frame
-// outside torch's own package, to name the line of a frozen branch (source_of in
-// emulated_backend.cpp). So this module records sources itself: inside the engine's traces
-// (tracing_forward()), none for constants and that one frame for other nodes; in any other trace
-// of this process (a user's torch.jit.trace), what torch records: every frame, innermost first,
-// as "file(line): function" lines, the innermost frame's file and line as the source's.
-// torch offers no way to read back the recorder it installed, so this one stays installed.
+// Note [Source of recorded ops] (graphcheck/engine/backend.h), for Python forwards: the innermost
+// frame outside torch's own package, as "file:line"; the innermost frame where every one is
+// torch's. A walk of a few frames under the GIL, once per op the emulated backend records.
 std::string utf8(PyObject* text) {
   Py_ssize_t size = 0;
   const char* data = text != nullptr ? PyUnicode_AsUTF8AndSize(text, &size) : nullptr;
@@ -580,45 +570,25 @@ std::string utf8(PyObject* text) {
   return std::string(data, static_cast<std::size_t>(size));
 }
 
-void record_source(torch::jit::Node* node) {
-  const bool engine = gc::tracing_forward();
-  if (engine && node->kind() == c10::prim::Constant) return;
+std::string source_now() {
+  if (!Py_IsInitialized()) return {};
   py::gil_scoped_acquire gil;
   const py::error_scope pending;  // a Python error set before this call stays as it was
-  std::string text;
-  std::optional<std::string> file;
-  std::size_t line = 0;
-  // The engine's fallback where every frame is torch's own (source_of's too): the innermost.
-  std::optional<std::string> innermost;
-  std::string innermost_function;
-  int innermost_line = 0;
-  const auto add = [&](const std::string& filename, int at, const std::string& function) {
-    text.append(filename).append("(").append(std::to_string(at)).append("): ").append(function).append("\n");
-    if (!file) {
-      file = filename;
-      line = static_cast<std::size_t>(at);
-    }
-  };
+  std::string innermost;
   py::object frame = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   while (frame) {
     auto* f = reinterpret_cast<PyFrameObject*>(frame.ptr());
     const py::object code = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
-    const auto* c = reinterpret_cast<const PyCodeObject*>(code.ptr());
-    const std::string filename = utf8(c->co_filename);
-    const std::string function = utf8(c->co_name);
-    const int at = PyFrame_GetLineNumber(f);
-    if (engine && !innermost) {
-      innermost = filename;
-      innermost_line = at;
-      innermost_function = function;
+    const std::string filename = utf8(reinterpret_cast<const PyCodeObject*>(code.ptr())->co_filename);
+    const bool torch_own = filename.find("/torch/") != std::string::npos;
+    if (!torch_own || innermost.empty()) {
+      std::string where = filename + ":" + std::to_string(PyFrame_GetLineNumber(f));
+      if (!torch_own) return where;
+      innermost = std::move(where);
     }
-    if (!engine || filename.find("/torch/") == std::string::npos) add(filename, at, function);
-    if (engine && file) break;
     frame = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(PyFrame_GetBack(f)));
   }
-  if (engine && !file && innermost) add(*innermost, innermost_line, innermost_function);
-  auto source = std::make_shared<torch::jit::Source>(text, file, line);
-  node->setSourceRange(torch::jit::SourceRange(source, 0, text.size()));
+  return innermost;
 }
 
 int run_cli(const std::vector<std::string>& args) {
@@ -633,13 +603,12 @@ int run_cli(const std::vector<std::string>& args) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-  // Note [Foreign objects in traced graphs]: traced graphs may own Python objects.
+  // Note [Foreign objects in recorded forwards]: recordings may own Python objects.
   gc::set_host_lock([](const std::function<void()>& fn) {
     py::gil_scoped_acquire gil;
     fn();
   });
-  // Note [Source of traced ops]
-  torch::jit::tracer::setRecordSourceLocation(&record_source);
+  gc::set_source_hook(&source_now);  // Note [Source of recorded ops]
   m.doc() = "graphcheck's engine, bound for the Python front (use the graphcheck package)";
   py::class_<WeightIterator, std::shared_ptr<WeightIterator>>(m, "WeightIterator")
       .def("__iter__", [](py::object self) { return self; })
@@ -649,6 +618,8 @@ PYBIND11_MODULE(_C, m) {
         "Runs the graphcheck CLI with argv (argv[0] is the program name); returns the exit code.");
   m.def("set_child_command", &gc::set_child_command, py::arg("command"),
         "The program and first arguments isolated scenarios run (`__scenario ...` follows).");
+  m.def("capturing", &gc::tracing_forward,
+        "True on this thread while the emulated backend records a forward (Note [Capturing, as model code asks]).");
   m.def(
       "hook",
       [](py::handle module, const std::string& name) { gc::hook_called(module.ptr(), name); },

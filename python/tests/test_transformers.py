@@ -15,9 +15,6 @@ import torch  # noqa: E402
 import graphcheck  # noqa: E402
 import graphcheck.transformers as gt  # noqa: E402
 
-# transformers' mask code compares traced shapes in Python: harmless, and noisy.
-pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
-
 LLAMA = {"arch": "llama", "tie_word_embeddings": True}
 QWEN3_MOE = {"arch": "qwen3_moe", "experts_implementation": gt.STATIC_EXPERTS}
 MIXTRAL = {"arch": "mixtral", "experts_implementation": gt.STATIC_EXPERTS}
@@ -144,10 +141,10 @@ def test_tiny_moe_passes_clean(config):
 
 @pytest.mark.parametrize("kernel", ["batched_mm", "grouped_mm"])
 def test_tiny_moe_with_transformers_own_experts_kernels_passes_clean(kernel):
-    """Under the tracer, batched_mm's `repeat_interleave(top_k_index.size(-1))` takes the Tensor
-    overload, whose CPU kernel reads the (shape) repeats back with aten::item, and the CPU
-    _grouped_mm reads its offsets: neither is a host sync of a CUDA capture, and neither is
-    reported as one."""
+    """batched_mm's `repeat_interleave(top_k_index.size(-1))` takes the int overload, as under a
+    CUDA capture (under torch.jit's tracer it took the Tensor one, whose CPU kernel calls
+    aten::item), and the CPU _grouped_mm reads its offsets back where the CUDA kernel does not:
+    neither is a host sync of a CUDA capture, and neither is reported as one."""
     record = graphcheck.check(gt.tiny, scenario=scenario({"arch": "qwen3_moe", "experts_implementation": kernel}))
     assert record.passed, record.explain()
 

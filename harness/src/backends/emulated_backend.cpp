@@ -1,37 +1,30 @@
 #include "backends/emulated_backend.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/intrusive_ptr.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <torch/csrc/jit/api/module.h>
-#include <torch/csrc/jit/frontend/tracer.h>
-#include <torch/csrc/jit/ir/constants.h>
-#include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
-#include <torch/csrc/jit/passes/fixup_trace_scope_blocks.h>
-#include <torch/csrc/jit/passes/inline_fork_wait.h>
-#include <torch/csrc/jit/passes/inliner.h>
-#include <torch/csrc/jit/passes/lower_tuples.h>
-#include <torch/csrc/jit/passes/normalize_ops.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
-#include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <functional>
-#include <map>
+#include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
 #include "address_index.h"
-#include "host_sync_ops.h"
 #include "backends/static_copy.h"
 #include "counting_allocator.h"
+#include "host_sync_ops.h"
 #include "tensor_format.h"
 
 namespace graphcheck {
@@ -39,7 +32,7 @@ namespace {
 
 thread_local bool t_tracing_forward = false;
 
-// Marks this thread as inside one of the backend's traces (tracing_forward()), nesting.
+// Marks this thread as inside one of the backend's recordings (tracing_forward()), nesting.
 class TracingForward {
  public:
   TracingForward() : m_was(t_tracing_forward) { t_tracing_forward = true; }
@@ -51,96 +44,10 @@ class TracingForward {
   bool m_was;
 };
 
-// Host syncs (host_sync_ops.h): the tracer bakes their results into the graph as constants, so
-// they are seen through RecordFunction instead.
-
-struct HostSyncLog {
-  std::vector<std::string> ops;  // "aten::item", or "aten::item (inside aten::index)"
-  std::string where;             // the first one's place in a Python forward, "model.py:42"
-  // The ops of the forward's own calls (not those aten ops make inside), innermost last.
-  struct Frame {
-    std::string name;
-    bool shape_scalars = false;  // it takes a 0-dim shape-derived tensor (repeats = x.size(-1))
-  };
-  std::vector<Frame> stack;
-};
-thread_local HostSyncLog* t_host_sync_log = nullptr;
-
-// Note [Shape-derived host reads]: under the tracer a Python `x.shape[i]` is a 0-dim tensor (an
-// aten::size node), so Python control flow on a shape (`if seq_len > 1:`) reads it back with
-// aten::item or aten::is_nonzero. That is no host sync of device data: a graph captured at one
-// batch size is specialised to its shapes anyway, as a CUDA graph is. A value is shape-derived
-// when every path back through the trace ends in a shape query (aten::size, numel, dim) or a
-// non-tensor or wrapped-number constant; one that reaches an input or a model tensor is data.
-bool shape_derived(const torch::jit::Value* value, std::set<const torch::jit::Value*>& seen, int depth) {
-  if (depth > 64) return false;
-  if (!seen.insert(value).second) return true;
-  const torch::jit::Node* node = value->node();
-  const c10::Symbol kind = node->kind();
-  if (kind == c10::aten::size || kind == c10::aten::sym_size || kind == c10::aten::numel ||
-      kind == c10::aten::dim) {
-    return true;
-  }
-  if (kind == c10::prim::Constant) {
-    if (!node->hasAttribute(c10::attr::value) || node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
-      return true;  // a number, a list of numbers, none
-    }
-    const torch::Tensor t = node->t(c10::attr::value);
-    return t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number();  // a Python scalar, not a model tensor
-  }
-  // Scalar arithmetic and comparisons on shapes, and the conversions between numbers and 0-dim
-  // tensors. Anything else (a graph input, a model tensor, a factory such as aten::rand or
-  // aten::empty, a reduction) is data.
-  static const std::set<c10::Symbol> kShapeArithmetic = {
-      c10::prim::NumToTensor, c10::aten::Int,       c10::aten::Float,     c10::aten::ScalarImplicit,
-      c10::aten::add,         c10::aten::sub,       c10::aten::mul,       c10::aten::div,
-      c10::aten::floor_divide, c10::aten::floordiv, c10::aten::remainder, c10::aten::neg,
-      c10::aten::eq,          c10::aten::ne,        c10::aten::lt,        c10::aten::le,
-      c10::aten::gt,          c10::aten::ge,        c10::aten::__and__,   c10::aten::__or__,
-      c10::aten::min,         c10::aten::max,       c10::prim::ListConstruct, c10::prim::TupleConstruct};
-  if (!kShapeArithmetic.count(kind)) return false;
-  for (const torch::jit::Value* input : node->inputs()) {
-    if (!shape_derived(input, seen, depth + 1)) return false;
-  }
-  return true;
+SourceHook& source_hook() {
+  static SourceHook hook;
+  return hook;
 }
-
-bool is_shape_value(const c10::IValue& input) {
-  const auto state = torch::jit::tracer::getTracingState();
-  if (!state || !input.isTensor() || !state->hasValue(input)) return false;
-  std::set<const torch::jit::Value*> seen;
-  return shape_derived(state->getValue(input), seen, 0);
-}
-
-bool reads_shape_only(const at::RecordFunction& fn) {
-  const auto inputs = fn.inputs();
-  return !inputs.empty() && is_shape_value(inputs[0]);
-}
-
-// Ops that take an int which the tracer turns into a 0-dim tensor when it is a shape, and whose
-// kernel then reads it back: `h.repeat_interleave(x.size(-1), dim=0)` takes the Tensor overload
-// under the tracer, and its kernel calls aten::item on the repeats; a CUDA capture runs the int
-// overload, which reads nothing back. Other ops' nested host reads stay findings, whatever
-// scalars they take (`y[mask] = x.shape[0]` still runs nonzero on the mask).
-constexpr const char* kShapeScalarOps[] = {"aten::repeat_interleave"};
-
-// One of kShapeScalarOps, given a 0-dim tensor that is a shape.
-bool takes_shape_scalar(const at::RecordFunction& fn) {
-  bool listed = false;
-  for (const char* op : kShapeScalarOps) listed = listed || std::strcmp(fn.name(), op) == 0;
-  if (!listed) return false;
-  for (const c10::IValue& input : fn.inputs()) {
-    if (input.isTensor() && input.toTensor().defined() && input.toTensor().dim() == 0 && is_shape_value(input)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Ops whose CPU kernels read a value back to the host where the CUDA kernel reads nothing (the
-// host read is the CPU implementation's, not the model's): their nested host syncs are no
-// capture problem.
-constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
 
 // Whether a Python file is one of the Python front's own modules (graphcheck/_cli.py,
 // _model.py, ...): the innermost Python frame of a C++ forward run under `python -m graphcheck`
@@ -152,38 +59,39 @@ bool is_front_file(std::string_view file) {
   return slash >= kPackage.size() && file.substr(slash - kPackage.size(), kPackage.size()) == kPackage;
 }
 
-// Where a Python forward is now, as "model.py:42": the innermost frame of the tracer's Python
-// call stack outside torch's own package; "" for a C++ forward (no stack, or the Python front's
-// own frame: `python -m graphcheck` runs C++ fixtures too).
-std::string python_source_here() {
-  for (const torch::jit::StackEntry& entry : torch::jit::tracer::pythonCallstack()) {
-    const std::shared_ptr<torch::jit::Source> source = entry.range.source();
-    if (!source || !source->filename()) continue;
-    const std::string& file = *source->filename();
-    if (file.find("/torch/") != std::string::npos) continue;
-    return is_front_file(file) ? std::string() : fmt::format("{}:{}", file, source->starting_line_no());
-  }
-  return {};
-}
+// Host syncs (host_sync_ops.h), seen through RecordFunction: the recording holds what they return
+// as host values, so a capture that met one is refused.
+
+struct HostSyncLog {
+  std::vector<std::string> ops;  // "aten::item", or "aten::item (inside aten::index)"
+  std::string where;             // the first one's place in a Python forward, "model.py:42"
+  // The ops of the forward's own calls (not those aten ops make inside), innermost last.
+  std::vector<std::string> stack;
+};
+thread_local HostSyncLog* t_host_sync_log = nullptr;
+
+// Ops whose CPU kernels read a value back to the host where the CUDA kernel reads nothing (the
+// host read is the CPU implementation's, not the model's): their nested host syncs are no
+// capture problem.
+constexpr const char* kCudaNoSyncOps[] = {"aten::_grouped_mm"};
 
 std::unique_ptr<at::ObserverContext> on_op_enter(const at::RecordFunction& fn) {
   HostSyncLog* log = t_host_sync_log;
   if (!log) return nullptr;
   const char* name = fn.name();
-  const bool top = log->stack.empty();
   if (is_host_sync_op(name)) {
     const std::size_t before = log->ops.size();
-    if (top) {
-      if (!reads_shape_only(fn)) log->ops.emplace_back(name);  // Note [Shape-derived host reads]
+    if (log->stack.empty()) {
+      log->ops.emplace_back(name);
     } else {
-      const HostSyncLog::Frame& outer = log->stack.front();
-      bool exempt = outer.shape_scalars || reads_shape_only(fn);
-      for (const char* op : kCudaNoSyncOps) exempt = exempt || outer.name == op;
-      if (!exempt) log->ops.push_back(fmt::format("{} (inside {})", name, outer.name));
+      const std::string& outer = log->stack.front();
+      bool exempt = false;
+      for (const char* op : kCudaNoSyncOps) exempt = exempt || outer == op;
+      if (!exempt) log->ops.push_back(fmt::format("{} (inside {})", name, outer));
     }
-    if (before == 0 && !log->ops.empty()) log->where = python_source_here();
+    if (before == 0 && !log->ops.empty()) log->where = python_source_now();
   }
-  log->stack.push_back({name, top && takes_shape_scalar(fn)});
+  log->stack.emplace_back(name);
   return nullptr;
 }
 
@@ -196,7 +104,7 @@ class HostSyncObserver {
  public:
   explicit HostSyncObserver(HostSyncLog& log)
       : m_handle(at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_op_enter, &on_op_exit).needsInputs(true).scopes({at::RecordScope::FUNCTION}))) {
+            at::RecordFunctionCallback(&on_op_enter, &on_op_exit).scopes({at::RecordScope::FUNCTION}))) {
     t_host_sync_log = &log;
   }
   ~HostSyncObserver() {
@@ -210,258 +118,295 @@ class HostSyncObserver {
   at::CallbackHandle m_handle;
 };
 
+// Note [Recorded forwards]
+// Capture records the forward as the ops it calls at the top level (its own calls, not the ops
+// those make inside), in order, each with its arguments. A tensor argument is a value of the
+// graph: one of its inputs, what an op recorded before it returned, or a tensor made outside the
+// forward (a weight, a buffer, a cache), a constant pinned to its storage (Note [Pinned
+// constants]). Every other argument (a number, a list of sizes, a Python scalar wrapped as a
+// tensor, a dtype) is a host value, baked in as it was. Replay calls the same ops through the
+// dispatcher on this replay's values, and drops each value after its last use: what a CUDA graph's
+// kernels do with the pointers and scalars baked into their parameters.
+// The ops come from at::RecordFunction, which sees every dispatcher call on this thread: a
+// TorchScript function's or module's, a Python custom op's. A region that is no op (an autograd
+// Function's apply) is transparent. Two kinds of tensor are the graph's own memory, as a CUDA
+// graph's pool is: the outputs of the forward's own calls of aten::empty and its kin, and tensors
+// made by code that asks not to be traced (at::tracer::impl::NoTracerDispatchMode: torch.tensor()
+// in Python builds one from host data with raw writes, which no op records). Replay reuses them
+// as they were at capture, bytes included, as a CUDA graph reuses the addresses its capture
+// allocated; torch::tensor() in C++ writes into an aten::empty the same way.
+// Before, capture traced the forward with torch.jit's tracer (deprecated since PyTorch 2.11) and
+// replayed it with the TorchScript interpreter: 0.85 s per capture of the synthetic 10,000-tensor
+// model, whose eager forward takes 0.025 s, most of it the tracer's graph and the interpreter's
+// code built from it; a scripted module could not be captured at all, and a Python shape was a
+// 0-dim tensor that ops taking a number refused.
 
-// Note [Recapture signature]
-// What a capture bakes besides addresses, as the recapture comparison sees it: the sequence of the
-// trace's ops (prim::Constant nodes aside), and for each op the host values among its inputs:
-// every constant that is not a model tensor (numbers, lists, strings, devices, and Python scalars
-// the tracer wrapped as tensors). A model tensor is an address, the address probe's business. Two
-// traces of one forward agree on this signature unless the forward decided something on the host
-// from data: a branch (the op sequence parts) or a value passed to an op (a constant differs),
-// however the value reached the host (item(), .cpu(), a raw data_ptr() read, a Python float kept
-// on the model).
-struct OpSignature {
-  std::string kind;
-  std::vector<std::pair<int, std::string>> host_values;  // (input position, value)
-  std::string source;
+// How one argument (or return) of a recorded op is made from a replay's values.
+struct ValueTree {
+  enum class Kind : std::uint8_t { kHost, kTensor, kTensorList, kList, kTuple };
+  Kind kind = Kind::kHost;
+  std::int32_t slot = -1;       // kTensor: the value
+  c10::IValue host;             // kHost: the value as passed; kList: an empty list of its type
+  std::vector<ValueTree> items;  // kTensorList, kList, kTuple
 };
 
-std::string constant_text(const torch::jit::Node* node) {
-  // Without a value: None, or the scripted function a traced call names. FunctionType::str() is
-  // "Function" for every function: the constant's name attribute tells them apart.
-  if (!node->hasAttribute(c10::attr::value)) {
-    if (node->output()->type()->kind() == c10::TypeKind::NoneType) return "None";
-    return node->hasAttribute(c10::attr::name) ? node->s(c10::attr::name) : node->output()->type()->str();
-  }
-  if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) {
-    const torch::Tensor t = node->t(c10::attr::value);
-    if (!t.defined()) return "None";
-    if (!t.unsafeGetTensorImpl()->is_wrapped_number()) return {};  // a model tensor: not a host value
-    return fmt::format("{}", t.item().toDouble());
-  }
-  const c10::IValue v = torch::jit::toIValue(node->output()).value_or(c10::IValue());
-  std::ostringstream out;
-  out << v;
-  return out.str();
+struct RecordedOp {
+  std::optional<c10::OperatorHandle> op;  // always set (OperatorHandle has no default)
+  bool runs = true;  // false: aten::empty and its kin, whose outputs are the graph's own memory
+  std::vector<ValueTree> arguments;
+  std::vector<ValueTree> returns;
+  std::vector<std::int32_t> release;  // the values whose last use this op is
+  const std::string* source = nullptr;  // "model.py:42" (interned), or none
+};
+
+struct Recording {
+  std::vector<RecordedOp> ops;
+  std::int32_t inputs = 0;  // values 0..inputs-1
+  // Per value: defined for a constant (pinned after the recording) and for the graph's own memory;
+  // undefined for an input and for what an op returns.
+  std::vector<at::Tensor> initial;
+  std::vector<bool> own;  // per value: the graph's own memory (no read of the graph)
+  std::vector<ValueTree> outputs;
+  std::vector<GraphRead> reads;
+};
+
+// Interned places, so that a recording holds a pointer per op, not a string.
+const std::string* intern_source(std::string where) {
+  if (where.empty()) return nullptr;
+  static std::mutex mutex;
+  static std::unordered_set<std::string> places;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return &*places.insert(std::move(where)).first;
 }
 
-// "model.py:42" for a node the tracer recorded under a Python forward (the innermost frame outside
-// torch's own package), "" otherwise (a C++ forward, run from Python or not: its innermost Python
-// frame is the front's own, is_front_file()).
-std::string source_of(const torch::jit::Node* node) {
-  const torch::jit::SourceRange range = node->sourceRange();
-  const std::shared_ptr<torch::jit::Source> source = range.source();
-  if (!source || !source->filename()) return {};
-  std::istringstream lines(source->text_str().str());
-  std::string line, first;
-  while (std::getline(lines, line)) {
-    const auto paren = line.find("):");
-    if (paren == std::string::npos) continue;
-    std::string where = line.substr(0, paren);
-    const auto open = where.rfind('(');
-    if (open == std::string::npos) continue;
-    const std::string file = where.substr(0, open);
-    where = fmt::format("{}:{}", file, where.substr(open + 1));
-    if (file.find("/torch/") != std::string::npos) {
-      if (first.empty()) first = where;
-      continue;
-    }
-    return is_front_file(file) ? std::string() : where;
-  }
-  return first;
-}
+class Recorder;
+thread_local Recorder* t_recorder = nullptr;
 
-void collect_signature(const torch::jit::Block* block, std::vector<OpSignature>& out) {
-  for (const torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == c10::prim::Constant) continue;
-    OpSignature op;
-    op.kind = node->kind().toQualString();
-    const auto inputs = node->inputs();
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const torch::jit::Node* producer = inputs[i]->node();
-      if (producer->kind() != c10::prim::Constant) continue;
-      std::string text = constant_text(producer);
-      if (!text.empty()) op.host_values.emplace_back(static_cast<int>(i), std::move(text));
-    }
-    op.source = source_of(node);
-    out.push_back(std::move(op));
-    for (const torch::jit::Block* sub : node->blocks()) collect_signature(sub, out);
-  }
-}
-
-std::vector<OpSignature> signature_of(const torch::jit::Graph& graph) {
-  std::vector<OpSignature> out;
-  collect_signature(graph.block(), out);
-  return out;
-}
-
-RecaptureDiff compare_signatures(const std::vector<OpSignature>& captured, const std::vector<OpSignature>& now) {
-  RecaptureDiff d;
-  d.supported = true;
-  const std::size_t n = std::min(captured.size(), now.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (captured[i].kind == now[i].kind) continue;
-    d.control_flow_differs = true;
-    d.divergence = fmt::format("op {} of the forward: {} at capture, {} now", i + 1, captured[i].kind, now[i].kind);
-    d.divergence_source = now[i].source.empty() ? captured[i].source : now[i].source;
-    return d;
-  }
-  if (captured.size() != now.size()) {
-    d.control_flow_differs = true;
-    const bool longer = now.size() > captured.size();
-    const OpSignature& extra = longer ? now[n] : captured[n];
-    d.divergence = fmt::format("the forward ran {} ops at capture and {} now; the first {}: {}", captured.size(),
-                               now.size(), longer ? "added" : "dropped", extra.kind);
-    d.divergence_source = extra.source;
-    return d;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto& a = captured[i].host_values;
-    const auto& b = now[i].host_values;
-    for (std::size_t j = 0; j < a.size() && j < b.size(); ++j) {
-      if (a[j] == b[j]) continue;
-      BakedValue v;
-      v.op = captured[i].kind;
-      v.argument = a[j].first;
-      v.at_capture = a[j].second;
-      v.now = b[j].second;
-      v.source = now[i].source;
-      d.values.push_back(std::move(v));
-    }
-  }
-  return d;
-}
-
-// Note [Pooled constants]: the tracer records every scalar an op is passed as a constant node of
-// its own (narrow(w, 0, 0, 8) adds three), so a forward over n tensors holds several constants per
-// tensor, twice (the graph and the interpreter's Code): 330 MB of resident memory for two batch
-// sizes of a synthetic model of 10,000 tensors (and 640 KB of weights), 160 MB pooled. Constants
-// of equal type and bits share one node at the head of the graph. (Dropping the graph once Code
-// holds its copy saved a little more but made every pass that captures 25% slower.) Model
-// tensors (each its own address) and the tracer's wrapped numbers keep their nodes; a constant
-// that is not a plain scalar, string, device or list of them is left as it is. Op order, and so
-// the recapture signature (which skips constants), is unchanged.
-std::optional<std::string> pool_key(const torch::jit::Node* node) {
-  // A constant without a value is None, or a function a traced call of a scripted function
-  // names (prim::CallFunction's first input, of FunctionType): that one is left as it is.
-  if (!node->hasAttribute(c10::attr::value)) {
-    if (node->output()->type()->kind() != c10::TypeKind::NoneType) return std::nullopt;
-    return "None";
-  }
-  if (node->kindOf(c10::attr::value) == torch::jit::AttributeKind::t) return std::nullopt;
-  const auto value = torch::jit::toIValue(node->output());
-  if (!value) return std::nullopt;
-  const auto bits = [](double d) {
-    std::uint64_t u = 0;
-    std::memcpy(&u, &d, sizeof(u));
-    return u;
-  };
-  std::string key = node->output()->type()->str() + "|";
-  if (value->isNone()) return key + "None";
-  if (value->isBool()) return key + (value->toBool() ? "1" : "0");
-  if (value->isInt()) return key + std::to_string(value->toInt());
-  if (value->isDouble()) return key + std::to_string(bits(value->toDouble()));
-  if (value->isString()) return key + value->toStringRef();
-  if (value->isDevice()) return key + value->toDevice().str();
-  if (value->isIntList()) return key + fmt::format("{}", fmt::join(value->toIntVector(), ","));
-  if (value->isBoolList()) {
-    for (bool b : value->toBoolList()) key += b ? '1' : '0';
-    return key;
-  }
-  if (value->isDoubleList()) {
-    for (double d : value->toDoubleVector()) key += std::to_string(bits(d)) + ",";
-    return key;
-  }
-  return std::nullopt;
-}
-
-void pool_constants(torch::jit::Graph& graph) {
-  std::map<std::string, torch::jit::Value*> pooled;
-  torch::jit::Node* head = nullptr;  // the pooled constants lie before the first other node
-  for (auto it = graph.block()->nodes().begin(); it != graph.block()->nodes().end();) {
-    torch::jit::Node* node = *it;
-    ++it;
-    if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) continue;
-    const std::optional<std::string> key = pool_key(node);
-    if (!key) continue;
-    const auto [at, fresh] = pooled.try_emplace(*key, node->output());
-    if (fresh) {
-      torch::jit::Node* front = graph.block()->nodes().front();
-      if (head == nullptr) {
-        if (node != front) node->moveBefore(front);
-      } else if (node->prev() != head) {
-        node->moveAfter(head);
-      }
-      head = node;
-      continue;
-    }
-    node->output()->replaceAllUsesWith(at->second);
-    node->destroy();
-  }
-}
-
-class EmulatedGraph final : public CapturedGraph {
+class Recorder {
  public:
-  EmulatedGraph(std::int64_t batch_size, const std::shared_ptr<torch::jit::Graph>& graph,
-                TensorList inputs, TensorList outputs, std::vector<GraphRead> reads)
-      : m_batch_size(batch_size),
-        m_code(std::make_unique<torch::jit::Code>(graph, fmt::format("graphcheck_emulated_bs{}", batch_size))),
-        m_inputs(std::move(inputs)),
-        m_outputs(std::move(outputs)),
-        m_reads(std::move(reads)),
-        m_signature(signature_of(*graph)) {}
-  ~EmulatedGraph() override {
-    with_host_lock([&] { m_code.reset(); });  // Note [Foreign objects in traced graphs]
+  explicit Recorder(Recording& out)
+      : m_out(out), m_autocast(!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCPU)) {}
+
+  // What the recording met that replay could not repeat, or "": the capture is refused with it.
+  [[nodiscard]] const std::string& limit() const { return m_limit; }
+
+  void add_input(const at::Tensor& t) {
+    const std::int32_t slot = fresh_value();
+    remember(t, slot);
+    ++m_out.inputs;
   }
-  EmulatedGraph(const EmulatedGraph&) = delete;
-  EmulatedGraph& operator=(const EmulatedGraph&) = delete;
 
-  [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
-  [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
-  [[nodiscard]] const TensorList& static_outputs() const override { return m_outputs; }
-  [[nodiscard]] const std::vector<GraphRead>& reads() const override { return m_reads; }
-  [[nodiscard]] const std::vector<OpSignature>& signature() const { return m_signature; }
-
-  void replay() override {
-    torch::NoGradGuard no_grad;
-    torch::jit::Stack stack(m_inputs.begin(), m_inputs.end());
-    torch::jit::InterpreterState(*m_code).run(stack);
-    TORCH_CHECK(stack.size() == m_outputs.size(), "graphcheck: the captured forward returned ",
-                stack.size(), " values, captured with ", m_outputs.size());
-    // The static output buffers keep their addresses, as with a CUDA graph.
-    for (std::size_t i = 0; i < stack.size(); ++i) {
-      TORCH_CHECK(stack[i].isTensor(), "graphcheck: output ", i, " of the replay is not a tensor");
-      copy_static(m_outputs[i], stack[i].toTensor());
+  void enter(const at::RecordFunction& fn) {
+    const std::optional<c10::OperatorName> name = fn.operator_name();
+    if (!name) return;  // no op: transparent
+    if (m_depth++ > 0) return;
+    m_skipping = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer);
+    if (m_skipping) return;
+    std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*name);
+    if (!op) {  // an op of the TorchScript interpreter's own, not the dispatcher's: transparent
+      --m_depth;
+      return;
+    }
+    RecordedOp& r = m_pending.emplace();
+    r.op = std::move(op);
+    r.runs = !returns_uninitialised(fn.name());
+    const auto inputs = fn.inputs();
+    const std::size_t arguments = r.op->schema().arguments().size();
+    if (inputs.size() != arguments) {
+      limit(fmt::format("{} was recorded with {} of its {} arguments", fn.name(), inputs.size(), arguments));
+    }
+    // torch.autocast switched on inside the forward: its casts hang on thread-local state (the
+    // dispatch key and the autocast dtype) that replay would not have.
+    if (!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCPU) != m_autocast) {
+      limit(fmt::format("{} runs under torch.autocast, which the forward switched {} around it, and replay "
+                        "would not cast as it did",
+                        fn.name(), m_autocast ? "off" : "on"));
+    }
+    r.arguments.reserve(inputs.size());
+    for (const c10::IValue& v : inputs) r.arguments.push_back(argument(v));
+    try {
+      r.source = intern_source(python_source_now());
+    } catch (...) {
+      // The place is a detail: the op stands without it.
     }
   }
+
+  void exit(const at::RecordFunction& fn) {
+    if (m_depth == 0 || !fn.operator_name()) return;
+    if (--m_depth > 0) return;
+    if (m_skipping) {  // what it made is the graph's own memory
+      m_skipping = false;
+      for (const c10::IValue& v : fn.outputs()) returned(v, /*runs=*/false);
+      return;
+    }
+    if (!m_pending) return;
+    RecordedOp r = std::move(*m_pending);
+    m_pending.reset();
+    const std::size_t returns = r.op->schema().returns().size();
+    if (fn.outputs().size() != returns) {
+      limit(fmt::format("{} was recorded with {} of its {} results", fn.name(), fn.outputs().size(), returns));
+    }
+    for (const c10::IValue& v : fn.outputs()) r.returns.push_back(returned(v, r.runs));
+    m_out.ops.push_back(std::move(r));
+  }
+
+  void add_output(const at::Tensor& t) { m_out.outputs.push_back(argument(t)); }
 
  private:
-  std::int64_t m_batch_size;
-  // Not the traced graph itself: the interpreter's code holds its own copy of it, and a second
-  // copy of a graph with a node per tensor is tens of MB at 10,000 tensors (issue 26).
-  std::unique_ptr<torch::jit::Code> m_code;
-  TensorList m_inputs;
-  TensorList m_outputs;
-  std::vector<GraphRead> m_reads;
-  std::vector<OpSignature> m_signature;  // Note [Recapture signature], taken at capture
+  struct Known {
+    c10::weak_intrusive_ptr<c10::TensorImpl> keep;  // the impl's address is not reused meanwhile
+    std::int32_t slot = -1;
+  };
+
+  void limit(std::string what) {
+    if (m_limit.empty()) m_limit = std::move(what);
+  }
+
+  void remember(const at::Tensor& t, std::int32_t slot) {
+    m_index.insert_or_assign(t.unsafeGetTensorImpl(),
+                             Known{c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr()), slot});
+  }
+
+  std::int32_t fresh_value() {
+    m_out.initial.emplace_back();
+    m_out.own.push_back(false);
+    return static_cast<std::int32_t>(m_out.initial.size() - 1);
+  }
+
+  // The value a tensor argument is: a known one, or a constant (made outside the recorded ops).
+  std::int32_t value_of(const at::Tensor& t) {
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (const auto it = m_index.find(impl); it != m_index.end()) return it->second.slot;
+    const std::int32_t slot = fresh_value();
+    m_out.initial[static_cast<std::size_t>(slot)] = t;
+    // Another tensor over the graph's own memory (a shallow copy: autograd::make_variable() makes
+    // one of a tensor something else still holds, as this recording holds aten::empty's) is too.
+    m_out.own[static_cast<std::size_t>(slot)] = t.has_storage() && m_own_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
+    remember(t, slot);
+    return slot;
+  }
+
+  ValueTree argument(const c10::IValue& v) {
+    ValueTree tree;
+    if (v.isTensor()) {
+      if (!v.toTensor().defined()) {
+        tree.host = v;
+        return tree;
+      }
+      tree.kind = ValueTree::Kind::kTensor;
+      tree.slot = value_of(v.toTensor());
+      return tree;
+    }
+    if (v.isTensorList()) {
+      tree.kind = ValueTree::Kind::kTensorList;
+      for (const at::Tensor& t : v.toTensorList().vec()) tree.items.push_back(argument(t));
+      return tree;
+    }
+    if (v.isList() || v.isTuple()) {
+      const auto& elements = v.isList() ? v.toListRef() : v.toTupleRef().elements();
+      bool tensors = false;
+      for (const c10::IValue& e : elements) {
+        tree.items.push_back(argument(e));
+        tensors = tensors || tree.items.back().kind != ValueTree::Kind::kHost;
+      }
+      if (!tensors) {
+        tree.items.clear();
+        tree.host = v;
+        return tree;
+      }
+      tree.kind = v.isList() ? ValueTree::Kind::kList : ValueTree::Kind::kTuple;
+      if (v.isList()) tree.host = c10::impl::GenericList(v.toList().elementType());
+      return tree;
+    }
+    tree.host = v;
+    return tree;
+  }
+
+  // A returned tensor is a new value, or (aten::empty and its kin) the graph's own memory.
+  ValueTree returned(const c10::IValue& v, bool runs) {
+    ValueTree tree;
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      tree.kind = ValueTree::Kind::kTensor;
+      tree.slot = fresh_value();
+      if (!runs) {
+        m_out.initial[static_cast<std::size_t>(tree.slot)] = t;
+        m_out.own[static_cast<std::size_t>(tree.slot)] = true;
+        if (t.has_storage()) m_own_storages.insert(t.storage().unsafeGetStorageImpl());
+      }
+      remember(t, tree.slot);
+      return tree;
+    }
+    if (v.isTensorList() || v.isList() || v.isTuple()) {
+      const std::vector<c10::IValue> elements =
+          v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+      bool tensors = false;
+      for (const c10::IValue& e : elements) {
+        tree.items.push_back(returned(e, runs));
+        tensors = tensors || tree.items.back().kind != ValueTree::Kind::kHost;
+      }
+      if (!tensors) {
+        tree.items.clear();
+        return tree;
+      }
+      tree.kind = v.isTuple() ? ValueTree::Kind::kTuple : ValueTree::Kind::kList;
+      return tree;
+    }
+    return tree;  // a number, a bool: the host's, not the graph's
+  }
+
+  Recording& m_out;
+  std::unordered_map<const c10::TensorImpl*, Known> m_index;
+  std::unordered_set<const c10::StorageImpl*> m_own_storages;  // held by `initial`: not reused
+  bool m_autocast;  // CPU autocast on when the recording began
+  std::string m_limit;
+  int m_depth = 0;
+  bool m_skipping = false;
+  std::optional<RecordedOp> m_pending;
 };
 
-void pin_constants(torch::jit::Block* block, std::vector<GraphRead>& reads) {
-  for (torch::jit::Node* node : block->nodes()) {
-    for (torch::jit::Block* sub : node->blocks()) pin_constants(sub, reads);
-    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
-        node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
-      continue;
-    }
-    const torch::Tensor live = node->t(c10::attr::value);
-    if (!live.defined() || !live.has_storage()) continue;
-    // A Python scalar the tracer wrapped (`x * 0.5`): a value of the code, not a tensor it reads.
-    if (live.unsafeGetTensorImpl()->is_wrapped_number()) continue;
-    // Note [Pinned constants]: an alias over the captured storage, not the live TensorImpl.
+std::unique_ptr<at::ObserverContext> on_record_enter(const at::RecordFunction& fn) {
+  if (t_recorder != nullptr) t_recorder->enter(fn);
+  return nullptr;
+}
+
+void on_record_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (t_recorder != nullptr) t_recorder->exit(fn);
+}
+
+// Records the ops run on this thread while it lives (RecordFunction switched on for it, should
+// the caller have switched it off).
+class RecordingScope {
+ public:
+  explicit RecordingScope(Recorder& recorder)
+      : m_enabled(true),
+        m_handle(at::addThreadLocalCallback(at::RecordFunctionCallback(&on_record_enter, &on_record_exit)
+                                                .needsInputs(true)
+                                                .needsOutputs(true)
+                                                .scopes({at::RecordScope::FUNCTION}))) {
+    t_recorder = &recorder;
+  }
+  ~RecordingScope() {
+    at::removeCallback(m_handle);
+    t_recorder = nullptr;
+  }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+
+ private:
+  at::RecordFunctionGuard m_enabled;
+  at::CallbackHandle m_handle;
+};
+
+// Note [Pinned constants], after the recording: every constant that is not a Python scalar becomes
+// an alias over the storage (and offset, sizes, strides) it had, and a read of the graph.
+void pin_constants(Recording& r) {
+  for (std::size_t slot = 0; slot < r.initial.size(); ++slot) {
+    at::Tensor& live = r.initial[slot];
+    if (!live.defined() || r.own[slot] || !live.has_storage()) continue;
+    if (live.unsafeGetTensorImpl()->is_wrapped_number()) continue;  // `x * 0.5`: a value of the code
     torch::Tensor pinned = at::empty({0}, live.options());
     pinned.set_(live.storage(), live.storage_offset(), live.sizes(), live.strides());
-    node->t_(c10::attr::value, pinned);
-
     GraphRead read;
     read.address = live.data_ptr();
     read.bytes = tensor_extent_bytes(live);
@@ -469,9 +414,263 @@ void pin_constants(torch::jit::Block* block, std::vector<GraphRead>& reads) {
     read.sizes = live.sizes().vec();
     read.strides = live.strides().vec();
     read.held = live.storage();  // the pinned alias keeps it alive
-    reads.push_back(std::move(read));
+    r.reads.push_back(std::move(read));
+    live = std::move(pinned);
   }
 }
+
+void for_each_slot(const ValueTree& tree, const std::function<void(std::int32_t)>& fn) {
+  if (tree.kind == ValueTree::Kind::kTensor) fn(tree.slot);
+  for (const ValueTree& item : tree.items) for_each_slot(item, fn);
+}
+
+// Each op drops the values whose last use it is: neither an input, a constant, the graph's own
+// memory nor an output of the forward.
+void plan_releases(Recording& r) {
+  std::vector<std::int32_t> last(r.initial.size(), -1);
+  std::vector<bool> kept(r.initial.size(), false);
+  for (const ValueTree& out : r.outputs) for_each_slot(out, [&](std::int32_t s) { kept[static_cast<std::size_t>(s)] = true; });
+  for (std::size_t i = 0; i < r.ops.size(); ++i) {
+    const auto use = [&](std::int32_t s) { last[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(i); };
+    for (const ValueTree& a : r.ops[i].arguments) for_each_slot(a, use);
+    for (const ValueTree& a : r.ops[i].returns) for_each_slot(a, use);
+  }
+  for (std::size_t s = static_cast<std::size_t>(r.inputs); s < r.initial.size(); ++s) {
+    if (r.initial[s].defined() || kept[s] || last[s] < 0) continue;
+    r.ops[static_cast<std::size_t>(last[s])].release.push_back(static_cast<std::int32_t>(s));
+  }
+}
+
+// Note [Recapture signature]
+// What a capture bakes besides addresses, as the recapture comparison sees it: the sequence of the
+// recorded ops, and for each op the host values among its arguments: every one that is not a
+// value of the graph (numbers, lists, strings, devices, dtypes, and Python scalars wrapped as
+// tensors). A model tensor is an address, the address probe's business. Two recordings of one
+// forward agree on this signature unless the forward decided something on the host from data: a
+// branch (the op sequence parts) or a value passed to an op (a host value differs), however the
+// value reached the host (item(), .cpu(), a raw data_ptr() read, a Python float kept on the model).
+struct HostValue {
+  int argument = 0;
+  const c10::IValue* value = nullptr;  // the recording's own
+};
+
+std::vector<HostValue> host_values(const Recording& r, const RecordedOp& op) {
+  std::vector<HostValue> out;
+  for (std::size_t i = 0; i < op.arguments.size(); ++i) {
+    const ValueTree& a = op.arguments[i];
+    if (a.kind == ValueTree::Kind::kHost) {
+      out.push_back({static_cast<int>(i), &a.host});
+    } else if (a.kind == ValueTree::Kind::kTensor) {
+      const at::Tensor& t = r.initial[static_cast<std::size_t>(a.slot)];
+      if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) out.push_back({static_cast<int>(i), nullptr});
+    }
+  }
+  return out;
+}
+
+std::string host_text(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return "None";
+    return fmt::format("{}", t.item().toDouble());  // a wrapped Python scalar
+  }
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+const c10::IValue& host_value_of(const Recording& r, const RecordedOp& op, const HostValue& h, c10::IValue& scratch) {
+  if (h.value != nullptr) return *h.value;
+  scratch = r.initial[static_cast<std::size_t>(op.arguments[static_cast<std::size_t>(h.argument)].slot)];
+  return scratch;
+}
+
+bool same_host_value(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isInt() && b.isInt()) return a.toInt() == b.toInt();
+  if (a.isBool() && b.isBool()) return a.toBool() == b.toBool();
+  if (a.isNone() && b.isNone()) return true;
+  if (a.isDouble() && b.isDouble()) {
+    const double x = a.toDouble();
+    const double y = b.toDouble();
+    return std::memcmp(&x, &y, sizeof(x)) == 0;
+  }
+  if (a.isIntList() && b.isIntList()) {
+    const c10::List<std::int64_t> x = a.toIntList();
+    const c10::List<std::int64_t> y = b.toIntList();
+    if (x.size() != y.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (x.get(i) != y.get(i)) return false;
+    }
+    return true;
+  }
+  if (a.isString() && b.isString()) return a.toStringRef() == b.toStringRef();
+  return host_text(a) == host_text(b);
+}
+
+std::string op_text(const RecordedOp& op, const RecordedOp* other) {
+  const c10::OperatorName& name = op.op->operator_name();
+  if (other == nullptr || other->op->operator_name().name != name.name || name.overload_name.empty()) return name.name;
+  return fmt::format("{}.{}", name.name, name.overload_name);  // the same op, another overload
+}
+
+const std::string& source_text(const RecordedOp& op) {
+  static const std::string kNone;
+  return op.source != nullptr ? *op.source : kNone;
+}
+
+RecaptureDiff compare_recordings(const Recording& captured, const Recording& now) {
+  RecaptureDiff d;
+  d.supported = true;
+  const std::size_t n = std::min(captured.ops.size(), now.ops.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const RecordedOp& a = captured.ops[i];
+    const RecordedOp& b = now.ops[i];
+    if (a.op->operator_name() == b.op->operator_name()) continue;
+    d.control_flow_differs = true;
+    d.divergence = fmt::format("op {} of the forward: {} at capture, {} now", i + 1, op_text(a, &b), op_text(b, &a));
+    d.divergence_source = b.source != nullptr ? *b.source : source_text(a);
+    return d;
+  }
+  if (captured.ops.size() != now.ops.size()) {
+    d.control_flow_differs = true;
+    const bool longer = now.ops.size() > captured.ops.size();
+    const RecordedOp& extra = longer ? now.ops[n] : captured.ops[n];
+    d.divergence = fmt::format("the forward ran {} ops at capture and {} now; the first {}: {}", captured.ops.size(),
+                               now.ops.size(), longer ? "added" : "dropped", op_text(extra, nullptr));
+    d.divergence_source = source_text(extra);
+    return d;
+  }
+  c10::IValue scratch_a;
+  c10::IValue scratch_b;
+  for (std::size_t i = 0; i < n; ++i) {
+    const RecordedOp& op_a = captured.ops[i];
+    const RecordedOp& op_b = now.ops[i];
+    const std::vector<HostValue> a = host_values(captured, op_a);
+    const std::vector<HostValue> b = host_values(now, op_b);
+    for (std::size_t j = 0; j < a.size() && j < b.size(); ++j) {
+      const c10::IValue& x = host_value_of(captured, op_a, a[j], scratch_a);
+      const c10::IValue& y = host_value_of(now, op_b, b[j], scratch_b);
+      if (same_host_value(x, y)) continue;
+      BakedValue v;
+      v.op = op_text(op_a, nullptr);
+      v.argument = a[j].argument;
+      v.at_capture = host_text(x);
+      v.now = host_text(y);
+      v.source = source_text(op_b);
+      d.values.push_back(std::move(v));
+    }
+  }
+  return d;
+}
+
+class EmulatedGraph final : public CapturedGraph {
+ public:
+  EmulatedGraph(std::int64_t batch_size, Recording recording, TensorList inputs, TensorList outputs)
+      : m_batch_size(batch_size),
+        m_recording(std::move(recording)),
+        m_inputs(std::move(inputs)),
+        m_outputs(std::move(outputs)),
+        m_values(m_recording.initial) {
+    for (std::size_t i = 0; i < m_inputs.size(); ++i) m_values[i] = m_inputs[i];
+    for (std::size_t s = m_inputs.size(); s < m_values.size(); ++s) {
+      if (!m_values[s].defined()) m_transient.push_back(static_cast<std::int32_t>(s));
+    }
+  }
+  ~EmulatedGraph() override {
+    with_host_lock([&] {  // Note [Foreign objects in recorded forwards]
+      m_values.clear();
+      m_recording = Recording();
+    });
+  }
+  EmulatedGraph(const EmulatedGraph&) = delete;
+  EmulatedGraph& operator=(const EmulatedGraph&) = delete;
+
+  [[nodiscard]] std::int64_t batch_size() const override { return m_batch_size; }
+  [[nodiscard]] const TensorList& static_inputs() const override { return m_inputs; }
+  [[nodiscard]] const TensorList& static_outputs() const override { return m_outputs; }
+  [[nodiscard]] const std::vector<GraphRead>& reads() const override { return m_recording.reads; }
+
+  [[nodiscard]] const Recording& recording() const { return m_recording; }
+
+  void replay() override {
+    torch::NoGradGuard no_grad;
+    try {
+      for (const RecordedOp& op : m_recording.ops) {
+        if (!op.runs) continue;  // its outputs are the graph's own memory
+        m_stack.clear();
+        for (const ValueTree& a : op.arguments) m_stack.push_back(value(a));
+        op.op->callBoxed(&m_stack);
+        TORCH_CHECK(m_stack.size() == op.returns.size(), "graphcheck: ", op.op->operator_name().name, " returned ",
+                    m_stack.size(), " values on replay, ", op.returns.size(), " at capture");
+        for (std::size_t i = 0; i < m_stack.size(); ++i) take(op.returns[i], m_stack[i]);
+        for (const std::int32_t s : op.release) m_values[static_cast<std::size_t>(s)] = at::Tensor();
+      }
+      m_stack.clear();
+      TORCH_CHECK(m_recording.outputs.size() == m_outputs.size(), "graphcheck: the captured forward returned ",
+                  m_recording.outputs.size(), " values, captured with ", m_outputs.size());
+      // The static output buffers keep their addresses, as with a CUDA graph.
+      for (std::size_t i = 0; i < m_outputs.size(); ++i) copy_static(m_outputs[i], value(m_recording.outputs[i]).toTensor());
+    } catch (...) {
+      drop_transient();
+      throw;
+    }
+    drop_transient();
+  }
+
+ private:
+  c10::IValue value(const ValueTree& t) const {
+    switch (t.kind) {
+      case ValueTree::Kind::kHost:
+        return t.host;
+      case ValueTree::Kind::kTensor:
+        return m_values[static_cast<std::size_t>(t.slot)];
+      case ValueTree::Kind::kTensorList: {
+        c10::List<at::Tensor> list;
+        list.reserve(t.items.size());
+        for (const ValueTree& item : t.items) list.push_back(value(item).toTensor());
+        return list;
+      }
+      case ValueTree::Kind::kList: {
+        c10::impl::GenericList list(t.host.toList().elementType());
+        list.reserve(t.items.size());
+        for (const ValueTree& item : t.items) list.push_back(value(item));
+        return list;
+      }
+      case ValueTree::Kind::kTuple: {
+        std::vector<c10::IValue> items;
+        items.reserve(t.items.size());
+        for (const ValueTree& item : t.items) items.push_back(value(item));
+        return c10::ivalue::Tuple::create(std::move(items));
+      }
+    }
+    return {};
+  }
+
+  void take(const ValueTree& t, const c10::IValue& v) {
+    if (t.kind == ValueTree::Kind::kHost) return;
+    if (t.kind == ValueTree::Kind::kTensor) {
+      TORCH_CHECK(v.isTensor(), "graphcheck: an op returned ", v.tagKind(), " on replay where it returned a tensor at capture");
+      m_values[static_cast<std::size_t>(t.slot)] = v.toTensor();
+      return;
+    }
+    const std::vector<c10::IValue> items = v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+    TORCH_CHECK(items.size() == t.items.size(), "graphcheck: an op returned ", items.size(),
+                " values in a list on replay, ", t.items.size(), " at capture");
+    for (std::size_t i = 0; i < items.size(); ++i) take(t.items[i], items[i]);
+  }
+
+  void drop_transient() {
+    for (const std::int32_t s : m_transient) m_values[static_cast<std::size_t>(s)] = at::Tensor();
+  }
+
+  std::int64_t m_batch_size;
+  Recording m_recording;
+  TensorList m_inputs;
+  TensorList m_outputs;
+  std::vector<at::Tensor> m_values;  // per value of the recording: this replay's
+  std::vector<std::int32_t> m_transient;  // what ops return: dropped after every replay
+  std::vector<c10::IValue> m_stack;
+};
 
 // The CPU memory meter: the counting wrapper around libtorch's CPU allocator.
 class CpuMemoryMeter final : public MemoryMeter {
@@ -515,20 +714,20 @@ class EmulatedBackend final : public GraphBackend {
     TensorList inputs;
     for (const auto& t : example_inputs) inputs.push_back(t.clone());
     std::unique_ptr<CapturedGraph> graph;
-    with_host_lock([&] {  // Note [Foreign objects in traced graphs]: the trace dies in here
-      Trace trace = trace_forward(model, inputs, batch_size);
+    with_host_lock([&] {  // Note [Foreign objects in recorded forwards]: a failed recording dies in here
+      Recorded recorded = record_forward(model, inputs, batch_size);
       TensorList static_outputs;
-      for (auto& v : trace.outputs) static_outputs.push_back(v.toTensor().clone());
-      std::vector<GraphRead> reads;
-      pin_constants(trace.state->graph->block(), reads);
-      pool_constants(*trace.state->graph);
-      graph = std::make_unique<EmulatedGraph>(batch_size, trace.state->graph, std::move(inputs),
-                                              std::move(static_outputs), std::move(reads));
+      for (const at::Tensor& t : recorded.outputs) static_outputs.push_back(t.clone());
+      recorded.outputs.clear();
+      pin_constants(recorded.recording);
+      plan_releases(recorded.recording);
+      graph = std::make_unique<EmulatedGraph>(batch_size, std::move(recorded.recording), std::move(inputs),
+                                              std::move(static_outputs));
     });
     return graph;
   }
 
-  // Note [Recapture signature]: a fresh trace on `inputs`, its signature against the capture's.
+  // Note [Recapture signature]: a fresh recording on `inputs`, its signature against the capture's.
   RecaptureDiff recapture_diff(const CapturedGraph& graph, LifecycleModel& model, const TensorList& inputs) override {
     const auto* emulated = dynamic_cast<const EmulatedGraph*>(&graph);
     if (!emulated) {
@@ -541,13 +740,13 @@ class EmulatedBackend final : public GraphBackend {
     for (const auto& t : inputs) copies.push_back(t.clone());
     try {
       RecaptureDiff d;
-      with_host_lock([&] {  // Note [Foreign objects in traced graphs]
-        const Trace trace = trace_forward(model, copies, graph.batch_size());
-        d = compare_signatures(emulated->signature(), signature_of(*trace.state->graph));
+      with_host_lock([&] {  // Note [Foreign objects in recorded forwards]
+        const Recorded recorded = record_forward(model, copies, graph.batch_size());
+        d = compare_recordings(emulated->recording(), recorded.recording);
       });
       return d;
     } catch (const BackendLimit& e) {
-      // A call the trace cannot record on these inputs only: the recording is a diagnostic.
+      // A call the recording cannot replay on these inputs only: the recording is a diagnostic.
       RecaptureDiff d;
       d.unsupported_reason = e.what();
       return d;
@@ -562,163 +761,34 @@ class EmulatedBackend final : public GraphBackend {
   }
 
  private:
-  struct Trace {
-    std::shared_ptr<torch::jit::tracer::TracingState> state;
-    torch::jit::Stack outputs;
+  struct Recorded {
+    Recording recording;
+    TensorList outputs;  // what the forward returned
   };
-  // Note [Lean trace epilogue]: torch::jit::tracer::trace() without the part of its epilogue that
-  // changes nothing. After the forward, trace() inlines calls of scripted functions (in inline-
-  // everything mode), then FixupTraceScopeBlocks, which for a trace made without a module inlines
-  // scope blocks, lifts forked closures, lowers tuples (and eliminates dead code with them),
-  // eliminates dead code a second time and lints the whole graph, then NormalizeOps. On the
-  // synthetic 10,000-tensor model that epilogue was half of each capture and of each fresh
-  // recording of the validate pass (perf: the lint a fifth, the two dead code eliminations, with
-  // the alias analysis each builds, a third). The lint checks libtorch's own invariants, and the
-  // second elimination finds nothing the first left. Nor does the first where every node has an
-  // output in use: the last dead node in graph order would have none. So a graph that holds none
-  // of the nodes the fixup exists for (scope blocks, forks, attribute reads: Python's module
-  // tracing and torch.jit.fork make them) gets its calls inlined, its tuples lowered where it has
-  // some, its dead code eliminated once where it can have some, and its ops normalised: the graph
-  // trace() leaves. Any other goes through libtorch's own FixupTraceScopeBlocks. The prologue is
-  // trace()'s for tensor inputs.
-  static std::pair<std::shared_ptr<torch::jit::tracer::TracingState>, torch::jit::Stack> lean_trace(
-      torch::jit::Stack inputs, const std::function<torch::jit::Stack(torch::jit::Stack)>& traced) {
-    namespace tracer = torch::jit::tracer;
-    TORCH_CHECK(!tracer::isTracing(), "Tracing can't be nested");  // as trace() refuses it
-    auto state = std::make_shared<tracer::TracingState>();
-    tracer::setTracingState(state);
-    try {
-      for (torch::jit::IValue& input : inputs) {
-        torch::jit::Value* value = state->graph->addInput();
-        torch::Tensor t = input.toTensor();
-        if (state->hasValue(input)) t = t.view(t.sizes().vec());  // the same tensor passed twice
-        state->setValue(t, value);
-        input = t;
-      }
-      state->strict = true;
-      state->force_outplace = false;
-      torch::jit::Stack outputs = traced(inputs);
-      std::size_t i = 0;
-      for (const torch::jit::IValue& output : outputs) {
-        state->graph->registerOutput(state->getOutput(output, outputs.size() - i));
-        ++i;
-      }
-      tracer::setTracingState(nullptr);
-      std::shared_ptr<torch::jit::Graph> graph = state->graph;
-      // Calls of scripted functions the forward made, inlined as trace() inlines them.
-      if (torch::jit::getInlineEverythingMode()) torch::jit::Inline(*graph);
-      bool plain = true;
-      bool tuples = false;
-      bool unused = false;  // a node none of whose outputs is used
-      for (const torch::jit::Node* node : graph->nodes()) {
-        const c10::Symbol kind = node->kind();
-        // prim::fork (a scripted function's, inlined) holds a subgraph whose unused inputs dead
-        // code elimination removes even where no node is dead.
-        if (kind == c10::prim::TracedModuleForward || kind == c10::prim::TracedFork ||
-            kind == c10::prim::TracedAttr || kind == c10::prim::fork || !node->blocks().empty()) {
-          plain = false;
-          break;
-        }
-        tuples = tuples || kind == c10::prim::TupleConstruct || kind == c10::prim::TupleUnpack ||
-                 kind == c10::prim::TupleIndex || kind == c10::prim::TupleSlice;
-        unused = unused || std::none_of(node->outputs().begin(), node->outputs().end(),
-                                        [](const torch::jit::Value* v) { return v->hasUses(); });
-      }
-      if (!plain) {
-        torch::jit::FixupTraceScopeBlocks(graph, nullptr);
-        // Note [Forks run inline]: the interpreter runs a prim::fork on the inter-op pool, so a
-        // replay's allocations would outlive it or not depending on that thread (a flaky memory
-        // finding on a model with no leak). Eager torch.jit.fork runs the function at once; the
-        // replay does the same.
-        torch::jit::InlineForkWait(graph);
-      } else if (tuples) {
-        torch::jit::LowerSimpleTuples(graph);  // eliminates dead code too
-      } else if (unused) {
-        torch::jit::EliminateDeadCode(graph);
-      }
-      torch::jit::NormalizeOps(graph);
-      return {state, std::move(outputs)};
-    } catch (...) {
-      tracer::abandon();
-      throw;
-    }
-  }
 
-  // Note [Scripted module calls]: the tracer records a call of a TorchScript module
-  // (torch.jit.script(m), a torch::jit::Module) only inside a trace of a module that owns it,
-  // whose graph takes the module as its first input and reads weights through it at run time.
-  // The emulated backend traces the forward as a function of its inputs, so that every tensor the
-  // graph reads is the address the capture saw, as in a CUDA graph; torch refuses the call
-  // ("Tried to trace <...> but it is not part of the active trace"). A CUDA graph captures such a
-  // forward, so that is the backend's limit, not the model's bug: an error that says which
-  // backend to use. A scripted *function* traces (a prim::CallFunction node, run by the
-  // interpreter on replay).
-  static void refuse_scripted_module_call(const std::exception& e) {
-    const std::string text = e.what();
-    const std::string marker = "but it is not part of the active trace";
-    if (text.find(marker) == std::string::npos) return;
-    // "Tried to trace <__torch__.Gate object at 0x...> but ...": the class, not the address.
-    std::string module = "a TorchScript module";
-    const std::size_t open = text.find("Tried to trace <");
-    const std::size_t close = open == std::string::npos ? open : text.find(" object at ", open);
-    if (close != std::string::npos && close < text.find(marker, open)) {
-      const std::string cls = text.substr(open + 16, close - open - 16);
-      // A custom class of torch (a c10d ProcessGroup, packed quantized weights) is no module the
-      // user scripted: the tracer's own limit, left as the model failure it was.
-      if (cls.rfind("__torch__.torch.classes.", 0) == 0) return;
-      module = fmt::format("a TorchScript module of class {}", cls);
-    }
-    throw BackendLimit(fmt::format(
-        "the emulated backend cannot capture this forward: it calls {} (torch.jit.script of a "
-        "module, or a torch::jit::Module), and torch's tracer records such a call only in a trace "
-        "of the module that owns it, while the emulated backend traces the forward as a function "
-        "of its inputs. A CUDA graph captures it: check this model with --backend cuda on a GPU, "
-        "or with that submodule left unscripted (its Python forward is captured like the rest)",
-        module));
-  }
-
-  // Note [Shapes are tensors under the tracer]: under torch.jit's tracer a Python `x.shape[i]`
-  // is a 0-dim tensor, so a forward that passes a value derived from a shape where an op takes a
-  // plain bool, int or float (`is_causal=seq_len > 1` to scaled_dot_product_attention) fails
-  // with a TypeError ("argument 'is_causal' must be bool, not Tensor") that eager never raises.
-  // A CUDA graph captures that forward: the backend's limit, told as such, with the two ways on.
-  static void refuse_shape_argument(const std::exception& e) {
-    const std::string text = e.what();
-    const std::size_t at = text.find("argument '");
-    const std::size_t tail = text.find(", not Tensor", at == std::string::npos ? 0 : at);
-    if (at == std::string::npos || tail == std::string::npos || text.find(" must be ", at) > tail) return;
-    const std::size_t line_start = text.rfind('\n', at);
-    const std::size_t from = line_start == std::string::npos ? 0 : line_start + 1;
-    const std::string what = text.substr(from, tail + 12 - from);  // "TypeError: op(): argument 'x' must be bool, not Tensor"
-    throw BackendLimit(fmt::format(
-        "the emulated backend cannot capture this forward: {} (under torch.jit's tracer, which "
-        "the emulated backend captures with, x.shape[i] is a 0-dim tensor, and a value computed "
-        "from it went where the op takes a plain number or bool; eager runs it). A CUDA graph "
-        "captures it: check this model with --backend cuda on a GPU, or convert that value "
-        "(bool(...), int(...): a shape read back is no host sync here)",
-        what));
-  }
-
-  static Trace trace_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
-    torch::jit::Stack stack(inputs.begin(), inputs.end());
+  // Note [Recorded forwards]: the forward run once on `inputs`, recorded.
+  static Recorded record_forward(LifecycleModel& model, const TensorList& inputs, std::int64_t batch_size) {
+    Recorded out;
     HostSyncLog host_syncs;
-    Trace trace;
+    std::string limit;
     {
-      HostSyncObserver observer(host_syncs);
-      auto traced = [&model](torch::jit::Stack in) -> torch::jit::Stack {
-        TensorList args;
-        for (auto& v : in) args.push_back(v.toTensor());
-        TensorList out = model.forward_all(args);
-        return torch::jit::Stack(out.begin(), out.end());
-      };
-      try {
-        const TracingForward tracing;  // Note [Source of traced ops]
-        std::tie(trace.state, trace.outputs) = lean_trace(std::move(stack), traced);
-      } catch (const std::exception& e) {
-        refuse_scripted_module_call(e);
-        refuse_shape_argument(e);
-        throw;
+      Recorder recorder(out.recording);
+      TensorList args;
+      std::unordered_set<const c10::TensorImpl*> seen;
+      for (const at::Tensor& t : inputs) {
+        // The same tensor passed twice: two inputs of the graph, each its own static buffer.
+        args.push_back(seen.insert(t.unsafeGetTensorImpl()).second ? t : t.alias());
+        recorder.add_input(args.back());
       }
+      const HostSyncObserver observer(host_syncs);
+      const RecordingScope scope(recorder);
+      const TracingForward tracing;
+      out.outputs = model.forward_all(args);
+      for (const at::Tensor& t : out.outputs) {
+        if (!t.defined()) throw NotCapturable("every output of a captured forward must be a defined tensor");
+        recorder.add_output(t);
+      }
+      limit = recorder.limit();
     }
     if (!host_syncs.ops.empty()) {
       throw NotCapturable(fmt::format(
@@ -727,11 +797,14 @@ class EmulatedBackend final : public GraphBackend {
           host_syncs.ops.front(), host_syncs.where.empty() ? "" : fmt::format(" ({})", host_syncs.where),
           batch_size));
     }
-    if (trace.outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
-    for (auto& v : trace.outputs) {
-      if (!v.isTensor()) throw NotCapturable("every output of a captured forward must be a tensor");
+    if (out.outputs.empty()) throw NotCapturable("forward must return at least one tensor to be captured");
+    if (!limit.empty()) {
+      throw BackendLimit(fmt::format(
+          "the emulated backend cannot capture this forward: {}. A CUDA graph captures it: check this "
+          "model with --backend cuda on a GPU",
+          limit));
     }
-    return trace;
+    return out;
   }
 
   CpuMemoryMeter m_meter;
@@ -741,7 +814,15 @@ class EmulatedBackend final : public GraphBackend {
 
 std::unique_ptr<GraphBackend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
 
-std::string python_source_now() { return python_source_here(); }
+std::string python_source_now() {
+  const SourceHook& hook = source_hook();
+  if (!hook) return {};
+  std::string where = hook();
+  const std::size_t colon = where.rfind(':');
+  return is_front_file(std::string_view(where).substr(0, colon == std::string::npos ? where.size() : colon))
+             ? std::string()
+             : where;
+}
 
 namespace {
 HostLock& host_lock() {
@@ -751,6 +832,8 @@ HostLock& host_lock() {
 }  // namespace
 
 void set_host_lock(HostLock lock) { host_lock() = std::move(lock); }
+
+void set_source_hook(SourceHook hook) { source_hook() = std::move(hook); }
 
 bool tracing_forward() { return t_tracing_forward; }
 

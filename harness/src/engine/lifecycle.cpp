@@ -215,7 +215,7 @@ void PassRun::lifecycle() {
         m_views.push_back(std::move(view));
       }
       e.graph = &m_views.back();
-      // A trace frees what its forward allocated: 250 MB of heap per capture on dsv4 32x1024, which
+      // A capture frees what its forward allocated: 250 MB of heap per capture on dsv4 32x1024, which
       // stayed resident (Note [Freed memory stays resident]).
       support::release_free_memory();
       end(&Probe::on_capture_end, e);

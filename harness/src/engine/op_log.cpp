@@ -130,7 +130,8 @@ void feed(Hasher& h, const c10::IValue& v, int depth) {
 void fold(OpLogState& s, const Hasher& h) { s.out->hash = (s.out->hash ^ h.get()) * 0x9e3779b97f4a7c15ULL + s.out->ops; }
 
 // A region that is no op (an autograd Function's apply, which records only its tensors) is
-// transparent: the ops inside it are the forward's own calls, as the tracer records them.
+// transparent: the ops inside it are the forward's own calls, as the emulated backend records
+// them (Note [Recorded forwards]).
 bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
@@ -189,21 +190,13 @@ struct OpTrailState {
 };
 thread_local OpTrailState t_trail;
 
-bool returns_uninitialised(std::string_view name) {
-  for (std::string_view op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-                              "aten::new_empty_strided", "aten::empty_permuted"}) {
-    if (name == op) return true;
-  }
-  return false;
-}
-
 std::unique_ptr<at::ObserverContext> on_trail_enter(const at::RecordFunction& fn) {
   OpTrailState& s = t_trail;
   if (s.out == nullptr || s.fingerprinting || !is_op(fn)) return nullptr;
   if (s.depth == 0) {
     OpTrail::Op& op = s.out->ops.emplace_back();
     op.name = fn.name();
-    op.compared = !returns_uninitialised(op.name);
+    op.compared = !returns_uninitialised(op.name.c_str());
     try {
       op.where = python_source_now();
     } catch (...) {

@@ -1,24 +1,25 @@
 #pragma once
 // Note [Eager op log]
 // The validate pass records the forward afresh on its wide-range inputs (Note [Frozen branches],
-// replay_diff_probe.cpp): a trace each, as costly as a capture (0.7 s per recording of a
-// 10,000-tensor model, 13% of a run with every probe). Most recordings find nothing. An eager
-// forward the pass runs anyway on the same input can say so first: an op log records, on this
-// thread, each op the forward calls at the top level (not the ops inside them) with every input
-// that is not a tensor (numbers, lists, strings, devices, dtypes) and the value of every Python
-// scalar the call wrapped as a tensor: what a trace keeps of a call, with the tensors' dtypes.
+// replay_diff_probe.cpp): a recording each, as costly as a capture (0.7 s per recording of a
+// 10,000-tensor model, 13% of a run with every probe, when the recording was a TorchScript trace).
+// Most recordings find nothing. An eager forward the pass runs anyway on the same input can say
+// so first: an op log records, on this thread, each op the forward calls at the top level (not the
+// ops inside them) with every input that is not a tensor (numbers, lists, strings, devices,
+// dtypes) and the value of every Python scalar the call wrapped as a tensor: what a recording
+// keeps of a call, with the tensors' dtypes.
 // Regions that are no op (an autograd Function's apply) are transparent, and a host sync inside
 // an op (which the recording's host-sync check would meet) is logged too.
 // When the log of the fresh input equals the log of the capture's own input, run eagerly in the
 // same pass just before the capture and again after it, the forward decided nothing differently
-// on the host, and a trace would part from the capture nowhere: the recording is skipped. Any
-// difference (another op, another host value, even one a trace would not keep, such as a first
-// call that builds a cache, or a capture that changed the model's state) falls back to the
+// on the host, and a recording would part from the capture nowhere: the recording is skipped. Any
+// difference (another op, another host value, even one a recording would not keep, such as a
+// first call that builds a cache, or a capture that changed the model's state) falls back to the
 // recording, which alone decides the verdict. So the log can only save time, never change a
-// finding, with one assumption: what the tracer adds of its own, Python arithmetic on shapes (an
-// op only under the tracer), is the same on every input of one batch size. A shape combined with
-// a value read from data through no op (a NumPy view) would break it; a read through an op is a
-// host sync, refused at capture.
+// finding: the log and the recording see the same calls (the top-level ops RecordFunction
+// reports, Note [Recorded forwards] in emulated_backend.cpp), and the log keeps more of each (the
+// tensors' dtypes, host values inside lists of tensors, the ops of code that asks not to be
+// traced).
 // A backend that records nothing (GraphBackend::records_forwards(): the cuda one) has no
 // recording to skip, so the pass neither logs nor runs the extra eager forwards there.
 

@@ -204,7 +204,7 @@ class ReplayDiffProbe final : public EmptyProbe {
   // as an argument and the graph holds the capture's value. The driver records the forward afresh
   // (GraphBackend::recapture_diff); the ops whose host arguments differ from the capture's are
   // the second cause, and an op sequence that parts is a branch decided on the host from the
-  // weights. The emulated backend compares its traces; the cuda backend cannot (a CUDA graph's
+  // weights. The emulated backend compares its recordings; the cuda backend cannot (a CUDA graph's
   // kernel arguments are untyped bytes), and its findings say so by staying with the first cause.
   void baked_on_refit(RunContext& ctx, const CompareEvent& e, const std::string& summary, const std::string& when,
                       std::vector<std::pair<std::string, std::string>> ev) {

@@ -46,18 +46,25 @@ class BackendLimit : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Note [Foreign objects in traced graphs]: a trace of a Python forward can hold Python objects
-// (an autograd Function's apply is a prim::PythonOp node that owns its function), and those may
-// be copied or freed only under the interpreter's lock (the GIL), which the engine does not hold.
-// A front whose model code runs in another language registers how to take that lock; the emulated
-// backend takes it wherever a traced graph is built, copied or freed. Without one, `fn` just runs.
+// Note [Foreign objects in recorded forwards]: a recording of a Python forward can hold Python
+// objects (an argument of a custom op), and those may be copied or freed only under the
+// interpreter's lock (the GIL), which the engine does not hold. A front whose model code runs in
+// another language registers how to take that lock; the emulated backend takes it wherever a
+// recording is freed. Without one, `fn` just runs.
 using HostLock = std::function<void(const std::function<void()>&)>;
 void set_host_lock(HostLock lock);
 void with_host_lock(const std::function<void()>& fn);
 
-// Whether this thread is inside one of the emulated backend's traces of a forward (a capture or a
-// fresh recording). A front that records where each traced op comes from records only what the
-// engine reads there (Note [Source of traced ops], python/src/graphcheck_ext.cpp).
+// Note [Source of recorded ops]: where the code that runs now is, for a front whose model code runs
+// in another language: "model.py:42", the innermost frame outside torch's own package (the
+// innermost frame where every one is torch's). The emulated backend names with it the line of each
+// op it records (a frozen branch, a baked value), of a host sync and of an op where two eager runs
+// part. Called once per recorded op: it must be cheap. Without one, places are "" (a C++ model).
+using SourceHook = std::function<std::string()>;
+void set_source_hook(SourceHook hook);
+
+// Whether this thread is inside one of the emulated backend's recordings of a forward (a capture or
+// a fresh recording).
 [[nodiscard]] bool tracing_forward();
 
 class CapturedGraph {
