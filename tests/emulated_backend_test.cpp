@@ -291,7 +291,11 @@ TEST_F(EmulatedBackendTest, ReplayDropsEachValueAfterItsLastUse) {
    public:
     torch::Tensor forward(const torch::Tensor& x) override {
       torch::Tensor y = x;
-      for (int i = 0; i < 10; ++i) y = y * 1.5F + m_derived;
+      for (int i = 0; i < 10; ++i) {
+        torch::Tensor next = y * 1.5F + m_derived;
+        (void)torch::empty_like(y);  // y's last use: an op replay does not run
+        y = next;
+      }
       return y.sum(1);
     }
   } model;
@@ -308,6 +312,68 @@ TEST_F(EmulatedBackendTest, ReplayDropsEachValueAfterItsLastUse) {
   meter.stop();
   EXPECT_LE(peak, 3 * (4 << 20)) << "peak " << peak << " bytes over the replay";
   EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(big)));
+}
+
+// Note [Recorded forwards]: `.data` is a tensor made with no op over memory an op returned; an
+// in-place op on it changes that value, at replay too (it is recorded as a view of the value,
+// not baked as a constant holding the capture's bytes).
+TEST_F(EmulatedBackendTest, AnInPlaceOpThroughDataChangesTheValueOnReplay) {
+  class Clamped : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor h = torch::matmul(x, m_module->named_parameters(false)["w"]);
+      h.data().clamp_(-0.5, 0.5);
+      return h + 1;
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  for (int i = 0; i < 2; ++i) {
+    const torch::Tensor fresh = torch::randn({3, 4}) * 4;
+    graph->static_inputs().at(0).copy_(fresh);
+    graph->replay();
+    EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(fresh))) << "replay " << i;
+  }
+}
+
+// Note [Recorded forwards]: host values written into the graph's own memory (torch::tensor) are
+// copied in again at every replay, as a CUDA graph's memcpy node does: an in-place op on them
+// starts from the host's values each time, not from the last replay's.
+TEST_F(EmulatedBackendTest, AHostBuiltTensorAnOpUpdatesInPlaceStartsFromTheHostValuesAtEveryReplay) {
+  class Accumulating : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      // From a vector: aten::empty and a raw copy, no op that writes the values (an initializer
+      // list fills them element by element with ops).
+      torch::Tensor acc = torch::tensor(std::vector<float>{1.0F, 2.0F, 3.0F, 4.0F});
+      acc.add_(x.sum(0));
+      return x + acc;
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  for (int i = 0; i < 3; ++i) {
+    graph->static_inputs().at(0).copy_(m_input);
+    graph->replay();
+    EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(m_input))) << "replay " << i;
+  }
+}
+
+// An op that throws inside a forward that catches it returned nothing: the recording leaves it out
+// (replay must not throw it again), and the capture stands.
+TEST_F(EmulatedBackendTest, AnOpThatThrowsInsideACaughtTryIsNotRecorded) {
+  class Tries : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      try {
+        (void)x.view({-1, 7});  // 3x4 elements: no such view
+      } catch (const c10::Error&) {
+      }
+      return x * 2;
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  graph->static_inputs().at(0).copy_(m_input);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), m_input * 2));
 }
 
 // The same tensor passed as two inputs: two graph inputs, each its own static buffer.

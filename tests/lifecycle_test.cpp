@@ -748,7 +748,7 @@ TEST(OpTrail, TwoRunsFirstPartAtTheOpWhoseOutputsDifferNotAtAnUninitialisedOne) 
   EXPECT_EQ(engine::first_divergence(a, other), std::optional<std::size_t>(1));
 }
 
-// Note [Eager op log]: what a trace keeps of a call (the op, its host values) and its order.
+// Note [Eager op log]: what a recording keeps of a call (the op, its host values) and its order.
 TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({4, 4});
@@ -766,7 +766,7 @@ TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   EXPECT_NE(a, op_log_of([&] { (void)(x.to(torch::kDouble) * 0.5).add(1); }));  // a dtype
   EXPECT_NE(a, op_log_of([&] { (void)x.narrow(0, 0, 2).mul(0.5).add(1); }));    // an op more
   EXPECT_NE(op_log_of([&] { (void)x.narrow(0, 0, 2); }), op_log_of([&] { (void)x.narrow(0, 1, 2); }));
-  // A wrapped number's value counts, as a trace's constant does (Python's `x * s`).
+  // A wrapped number's value counts, as a recording's host value does (Python's `x * s`).
   const at::Tensor h1 = wrapped(0.5), h2 = wrapped(0.5), q = wrapped(0.25);
   EXPECT_EQ(op_log_of([&] { (void)x.mul(h1); }), op_log_of([&] { (void)x.mul(h2); }));
   EXPECT_NE(op_log_of([&] { (void)x.mul(h1); }), op_log_of([&] { (void)x.mul(q); }));

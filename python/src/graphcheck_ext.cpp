@@ -570,8 +570,18 @@ std::string utf8(PyObject* text) {
   return std::string(data, static_cast<std::size_t>(size));
 }
 
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 std::string source_now() {
-  if (!Py_IsInitialized()) return {};
+  // A thread Python never ran on has no Python frames (and taking the GIL there would make it a
+  // thread state per op); at exit, taking the GIL may never return.
+  if (!Py_IsInitialized() || python_finalizing() || PyGILState_GetThisThreadState() == nullptr) return {};
   py::gil_scoped_acquire gil;
   const py::error_scope pending;  // a Python error set before this call stays as it was
   std::string innermost;

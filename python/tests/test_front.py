@@ -220,6 +220,41 @@ def test_autocast_switched_on_in_the_forward_is_the_emulated_backends_limit():
     assert not record.findings, record.explain()
 
 
+@torch.jit.script
+def _fused(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    return a + b * c
+
+
+class ScriptedFused(Derived):
+    """A scripted function whose interpreter stack holds more than the op's own arguments
+    (`a` waits on it while `b * c` runs): RecordFunction passes the whole stack."""
+
+    def forward(self, x):
+        return _fused(self.proj(x), self.scale, self.inv_freq)
+
+
+def test_a_scripted_expression_whose_stack_is_wider_than_its_op_is_captured():
+    record = graphcheck.check(ScriptedFused)
+    assert record.passed, record.explain()
+
+
+class HostBuilt(Derived):
+    """Builds a tensor from host values in the forward and updates it in place (`.data` of an
+    intermediate too): replay must start from the host's values, and see the in-place change."""
+
+    def forward(self, x):
+        acc = torch.tensor([0.5] * self.hidden)
+        acc += x.sum(0)
+        h = self.proj(x)
+        h.data.clamp_(-1, 1)
+        return h * self.scale + acc
+
+
+def test_host_built_tensors_and_data_views_replay_as_eager_runs_them():
+    record = graphcheck.check(HostBuilt)
+    assert record.passed, record.explain()
+
+
 class _Gate(torch.nn.Module):
     def forward(self, t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         return t * s + 1.0

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <mutex>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -121,20 +123,27 @@ class HostSyncObserver {
 // Note [Recorded forwards]
 // Capture records the forward as the ops it calls at the top level (its own calls, not the ops
 // those make inside), in order, each with its arguments. A tensor argument is a value of the
-// graph: one of its inputs, what an op recorded before it returned, or a tensor made outside the
-// forward (a weight, a buffer, a cache), a constant pinned to its storage (Note [Pinned
-// constants]). Every other argument (a number, a list of sizes, a Python scalar wrapped as a
-// tensor, a dtype) is a host value, baked in as it was. Replay calls the same ops through the
-// dispatcher on this replay's values, and drops each value after its last use: what a CUDA graph's
-// kernels do with the pointers and scalars baked into their parameters.
+// graph: one of its inputs, what an op recorded before it returned (or a tensor made with no op
+// over that memory, `.data`, recorded as a view of it), or a tensor made outside the forward (a
+// weight, a buffer, a cache), a constant pinned to its storage (Note [Pinned constants]). Every
+// other argument (a number, a list of sizes, a Python scalar wrapped as a tensor, a dtype) is a
+// host value, baked in as it was. Replay calls the same ops through the dispatcher on this
+// replay's values, and drops each value after its last use: what a CUDA graph's kernels do with
+// the pointers and scalars baked into their parameters.
 // The ops come from at::RecordFunction, which sees every dispatcher call on this thread: a
-// TorchScript function's or module's, a Python custom op's. A region that is no op (an autograd
-// Function's apply) is transparent. Two kinds of tensor are the graph's own memory, as a CUDA
+// TorchScript function's or module's (whose boxed calls pass the interpreter's whole stack: an
+// op's arguments are its last entries), a custom op's. A region that is no op (an autograd
+// Function's apply) is transparent, and an op that throws (inside a try the forward catches)
+// returned nothing and is left out. Two kinds of tensor are the graph's own memory, as a CUDA
 // graph's pool is: the outputs of the forward's own calls of aten::empty and its kin, and tensors
 // made by code that asks not to be traced (at::tracer::impl::NoTracerDispatchMode: torch.tensor()
-// in Python builds one from host data with raw writes, which no op records). Replay reuses them
-// as they were at capture, bytes included, as a CUDA graph reuses the addresses its capture
-// allocated; torch::tensor() in C++ writes into an aten::empty the same way.
+// in Python fills one from host data with raw writes, which no op records; torch::tensor() in C++
+// writes into an aten::empty the same way). Replay reuses them, as a CUDA graph reuses the
+// addresses its capture allocated, and copies in again what the host wrote into them, as the
+// first op to read them saw it (a CUDA graph's memcpy node). What a replay could not repeat ends
+// the capture as the backend's limit (BackendLimit), never as a replay that differs: a mode the
+// forward switches on around an op (torch.autocast, a TorchDispatchMode). Not seen: ops a forward
+// runs on another thread (a fork inside scripted code runs on the inter-op pool).
 // Before, capture traced the forward with torch.jit's tracer (deprecated since PyTorch 2.11) and
 // replayed it with the TorchScript interpreter: 0.85 s per capture of the synthetic 10,000-tensor
 // model, whose eager forward takes 0.025 s, most of it the tracer's graph and the interpreter's
@@ -166,6 +175,9 @@ struct Recording {
   // undefined for an input and for what an op returns.
   std::vector<at::Tensor> initial;
   std::vector<bool> own;  // per value: the graph's own memory (no read of the graph)
+  // Own memory the host wrote (torch.tensor(...)), as the forward's first op read it: copied back
+  // at the start of every replay, as a CUDA graph's memcpy node copies a host value in.
+  std::vector<std::pair<std::int32_t, at::Tensor>> host_writes;
   std::vector<ValueTree> outputs;
   std::vector<GraphRead> reads;
 };
@@ -184,8 +196,7 @@ thread_local Recorder* t_recorder = nullptr;
 
 class Recorder {
  public:
-  explicit Recorder(Recording& out)
-      : m_out(out), m_autocast(!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCPU)) {}
+  explicit Recorder(Recording& out) : m_out(out), m_modes(modes_now()) {}
 
   // What the recording met that replay could not repeat, or "": the capture is refused with it.
   [[nodiscard]] const std::string& limit() const { return m_limit; }
@@ -200,6 +211,7 @@ class Recorder {
     const std::optional<c10::OperatorName> name = fn.operator_name();
     if (!name) return;  // no op: transparent
     if (m_depth++ > 0) return;
+    m_unwinding = std::uncaught_exceptions();
     m_skipping = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer);
     if (m_skipping) return;
     std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*name);
@@ -210,20 +222,29 @@ class Recorder {
     RecordedOp& r = m_pending.emplace();
     r.op = std::move(op);
     r.runs = !returns_uninitialised(fn.name());
-    const auto inputs = fn.inputs();
-    const std::size_t arguments = r.op->schema().arguments().size();
-    if (inputs.size() != arguments) {
+    // A boxed call (the TorchScript interpreter's) passes its whole stack: the op's arguments are
+    // its last ones.
+    const c10::FunctionSchema& schema = r.op->schema();
+    auto inputs = fn.inputs();
+    const std::size_t arguments = schema.arguments().size();
+    if (inputs.size() < arguments) {
       limit(fmt::format("{} was recorded with {} of its {} arguments", fn.name(), inputs.size(), arguments));
+    } else {
+      inputs = inputs.slice(inputs.size() - arguments);
     }
-    // torch.autocast switched on inside the forward: its casts hang on thread-local state (the
-    // dispatch key and the autocast dtype) that replay would not have.
-    if (!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCPU) != m_autocast) {
-      limit(fmt::format("{} runs under torch.autocast, which the forward switched {} around it, and replay "
-                        "would not cast as it did",
-                        fn.name(), m_autocast ? "off" : "on"));
+    // A mode the forward switched on or off around the op (torch.autocast, a TorchDispatchMode,
+    // functionalization): it hangs on thread-local state that replay would not have.
+    bool switched_on = false;
+    if (const std::string mode = mode_change(switched_on); !mode.empty()) {
+      limit(fmt::format("{} runs {} {}, which the forward switched {} around it, and replay would not "
+                        "run it so",
+                        fn.name(), switched_on ? "under" : "without", mode, switched_on ? "on" : "off"));
     }
     r.arguments.reserve(inputs.size());
-    for (const c10::IValue& v : inputs) r.arguments.push_back(argument(v));
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      r.arguments.push_back(argument(inputs[i]));
+      note_first_use(r.arguments.back(), overwrites(fn.name(), schema.arguments()[i], i));
+    }
     try {
       r.source = intern_source(python_source_now());
     } catch (...) {
@@ -234,7 +255,13 @@ class Recorder {
   void exit(const at::RecordFunction& fn) {
     if (m_depth == 0 || !fn.operator_name()) return;
     if (--m_depth > 0) return;
-    if (m_skipping) {  // what it made is the graph's own memory
+    if (std::uncaught_exceptions() > m_unwinding) {
+      // The op threw (and the forward may catch it): it returned nothing, and replay must not run it.
+      m_skipping = false;
+      m_pending.reset();
+      return;
+    }
+    if (m_skipping) {  // what it made from host data is the graph's own memory
       m_skipping = false;
       for (const c10::IValue& v : fn.outputs()) returned(v, /*runs=*/false);
       return;
@@ -243,10 +270,13 @@ class Recorder {
     RecordedOp r = std::move(*m_pending);
     m_pending.reset();
     const std::size_t returns = r.op->schema().returns().size();
-    if (fn.outputs().size() != returns) {
-      limit(fmt::format("{} was recorded with {} of its {} results", fn.name(), fn.outputs().size(), returns));
+    const std::vector<c10::IValue>& outputs = fn.outputs();
+    if (outputs.size() < returns) {
+      limit(fmt::format("{} was recorded with {} of its {} results", fn.name(), outputs.size(), returns));
     }
-    for (const c10::IValue& v : fn.outputs()) r.returns.push_back(returned(v, r.runs));
+    for (std::size_t i = outputs.size() - std::min(outputs.size(), returns); i < outputs.size(); ++i) {
+      r.returns.push_back(returned(outputs[i], r.runs));
+    }
     m_out.ops.push_back(std::move(r));
   }
 
@@ -260,6 +290,61 @@ class Recorder {
 
   void limit(std::string what) {
     if (m_limit.empty()) m_limit = std::move(what);
+  }
+
+  // The modes on now, among those that change what an op computes: a bit each (kModes).
+  static constexpr const char* kModes[] = {"torch.autocast", "torch.autocast(cuda)", "a TorchDispatchMode",
+                                           "functionalization"};
+  static unsigned modes_now() {
+    using c10::DispatchKey;
+    unsigned on = 0;
+    if (!c10::impl::tls_is_dispatch_key_excluded(DispatchKey::AutocastCPU)) on |= 1U;
+    if (!c10::impl::tls_is_dispatch_key_excluded(DispatchKey::AutocastCUDA)) on |= 2U;
+    if (c10::impl::tls_is_dispatch_key_included(DispatchKey::Python) ||
+        c10::impl::tls_is_dispatch_key_included(DispatchKey::PythonTLSSnapshot)) {
+      on |= 4U;
+    }
+    if (c10::impl::tls_is_dispatch_key_included(DispatchKey::Functionalize)) on |= 8U;
+    return on;
+  }
+
+  // The first mode switched on or off since the recording began, and which; "" for none.
+  std::string mode_change(bool& switched_on) const {
+    const unsigned changed = modes_now() ^ m_modes;
+    for (unsigned bit = 0; bit < std::size(kModes); ++bit) {
+      if ((changed >> bit) & 1U) {
+        switched_on = ((m_modes >> bit) & 1U) == 0;
+        return kModes[bit];
+      }
+    }
+    return {};
+  }
+
+  // Whether an op writes argument `i` without reading it: an out= buffer, and the tensor that
+  // fill_, zero_ or copy_ overwrite. An in-place op (add_) reads what it writes.
+  static bool overwrites(const char* op, const c10::Argument& argument, std::size_t i) {
+    const c10::AliasInfo* alias = argument.alias_info();
+    if (alias == nullptr || !alias->isWrite()) return false;
+    if (argument.kwarg_only()) return true;
+    return i == 0 && (std::strcmp(op, "aten::fill_") == 0 || std::strcmp(op, "aten::zero_") == 0 ||
+                      std::strcmp(op, "aten::copy_") == 0);
+  }
+
+  // Own memory the host wrote, as the first op that reads it sees it (Recording::host_writes). An
+  // op that overwrites it first (an out= buffer) makes it the graph's to fill.
+  void note_first_use(const ValueTree& tree, bool written) {
+    for_each_tree_slot(tree, [&](std::int32_t slot) {
+      const auto i = static_cast<std::size_t>(slot);
+      if (!m_out.own[i]) return;
+      const at::Tensor& t = m_out.initial[i];
+      if (!t.has_storage() || !m_unread_storages.erase(t.storage().unsafeGetStorageImpl())) return;
+      if (!written) m_out.host_writes.emplace_back(slot, t.clone());
+    });
+  }
+
+  static void for_each_tree_slot(const ValueTree& tree, const std::function<void(std::int32_t)>& fn) {
+    if (tree.kind == ValueTree::Kind::kTensor) fn(tree.slot);
+    for (const ValueTree& item : tree.items) for_each_tree_slot(item, fn);
   }
 
   void remember(const at::Tensor& t, std::int32_t slot) {
@@ -277,6 +362,7 @@ class Recorder {
   std::int32_t value_of(const at::Tensor& t) {
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     if (const auto it = m_index.find(impl); it != m_index.end()) return it->second.slot;
+    if (const std::optional<std::int32_t> alias = alias_of_made(t)) return *alias;
     const std::int32_t slot = fresh_value();
     m_out.initial[static_cast<std::size_t>(slot)] = t;
     // Another tensor over the graph's own memory (a shallow copy: autograd::make_variable() makes
@@ -284,6 +370,41 @@ class Recorder {
     m_out.own[static_cast<std::size_t>(slot)] = t.has_storage() && m_own_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
     remember(t, slot);
     return slot;
+  }
+
+  // A tensor no recorded op returned over memory one did (`.data`, a shallow copy made with no
+  // op): the same view of that value at replay, recorded as aten::as_strided of it.
+  std::optional<std::int32_t> alias_of_made(const at::Tensor& t) {
+    if (!t.has_storage()) return std::nullopt;
+    const auto it = m_made_storages.find(t.storage().unsafeGetStorageImpl());
+    if (it == m_made_storages.end()) return std::nullopt;
+    const std::int32_t base = it->second.slot;
+    if (m_base_dtypes.at(base) != t.scalar_type()) {
+      limit(fmt::format("a tensor the forward made with no op views memory an op returned as another dtype ({})",
+                        c10::toString(t.scalar_type())));
+      return std::nullopt;
+    }
+    static const c10::OperatorHandle as_strided = c10::Dispatcher::singleton().findSchemaOrThrow("aten::as_strided", "");
+    RecordedOp op;
+    op.op = as_strided;
+    ValueTree from;
+    from.kind = ValueTree::Kind::kTensor;
+    from.slot = base;
+    op.arguments.push_back(std::move(from));
+    ValueTree sizes, strides, offset;
+    sizes.host = c10::IValue(t.sizes().vec());
+    strides.host = c10::IValue(t.strides().vec());
+    offset.host = c10::IValue(t.storage_offset());
+    op.arguments.push_back(std::move(sizes));
+    op.arguments.push_back(std::move(strides));
+    op.arguments.push_back(std::move(offset));
+    ValueTree out;
+    out.kind = ValueTree::Kind::kTensor;
+    out.slot = fresh_value();
+    op.returns.push_back(out);
+    remember(t, out.slot);
+    m_out.ops.push_back(std::move(op));
+    return out.slot;
   }
 
   ValueTree argument(const c10::IValue& v) {
@@ -332,7 +453,19 @@ class Recorder {
       if (!runs) {
         m_out.initial[static_cast<std::size_t>(tree.slot)] = t;
         m_out.own[static_cast<std::size_t>(tree.slot)] = true;
-        if (t.has_storage()) m_own_storages.insert(t.storage().unsafeGetStorageImpl());
+        if (t.has_storage()) {
+          m_own_storages.insert(t.storage().unsafeGetStorageImpl());
+          // Written by the host, or by nothing yet: what the first op to read it sees.
+          m_unread_storages.insert(t.storage().unsafeGetStorageImpl());
+        }
+      } else if (t.has_storage()) {
+        c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+        if (!m_own_storages.count(storage)) {
+          const auto [it, fresh] = m_made_storages.try_emplace(
+              storage, Made{c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)),
+                            tree.slot});
+          if (fresh) m_base_dtypes[tree.slot] = t.scalar_type();
+        }
       }
       remember(t, tree.slot);
       return tree;
@@ -358,7 +491,15 @@ class Recorder {
   Recording& m_out;
   std::unordered_map<const c10::TensorImpl*, Known> m_index;
   std::unordered_set<const c10::StorageImpl*> m_own_storages;  // held by `initial`: not reused
-  bool m_autocast;  // CPU autocast on when the recording began
+  std::unordered_set<const c10::StorageImpl*> m_unread_storages;  // own memory no op has used yet
+  struct Made {
+    c10::weak_intrusive_ptr<c10::StorageImpl> keep;  // the storage's address is not reused meanwhile
+    std::int32_t slot = -1;  // the first value over it
+  };
+  std::unordered_map<const c10::StorageImpl*, Made> m_made_storages;  // memory recorded ops returned
+  std::unordered_map<std::int32_t, c10::ScalarType> m_base_dtypes;
+  unsigned m_modes;  // the modes on when the recording began (modes_now())
+  int m_unwinding = 0;
   std::string m_limit;
   int m_depth = 0;
   bool m_skipping = false;
@@ -432,6 +573,7 @@ void plan_releases(Recording& r) {
   for (const ValueTree& out : r.outputs) for_each_slot(out, [&](std::int32_t s) { kept[static_cast<std::size_t>(s)] = true; });
   for (std::size_t i = 0; i < r.ops.size(); ++i) {
     const auto use = [&](std::int32_t s) { last[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(i); };
+    if (!r.ops[i].runs) continue;  // reads nothing at replay, and returns the graph's own memory
     for (const ValueTree& a : r.ops[i].arguments) for_each_slot(a, use);
     for (const ValueTree& a : r.ops[i].returns) for_each_slot(a, use);
   }
@@ -454,11 +596,21 @@ struct HostValue {
   const c10::IValue* value = nullptr;  // the recording's own
 };
 
+// A value the host computed and an op takes: numbers, strings, devices, dtypes and lists of them.
+// Not a storage, a generator or an object, whose identity a recording bakes but that no second
+// recording could compute differently from data.
+bool plain_host_value(const c10::IValue& v) {
+  return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isComplexDouble() || v.isString() ||
+         v.isDevice() || v.isIntList() || v.isDoubleList() || v.isBoolList() || v.isSymInt() || v.isSymFloat() ||
+         (v.isTensor() && !v.toTensor().defined());
+}
+
 std::vector<HostValue> host_values(const Recording& r, const RecordedOp& op) {
   std::vector<HostValue> out;
   for (std::size_t i = 0; i < op.arguments.size(); ++i) {
     const ValueTree& a = op.arguments[i];
     if (a.kind == ValueTree::Kind::kHost) {
+      if (!plain_host_value(a.host)) continue;
       out.push_back({static_cast<int>(i), &a.host});
     } else if (a.kind == ValueTree::Kind::kTensor) {
       const at::Tensor& t = r.initial[static_cast<std::size_t>(a.slot)];
@@ -578,6 +730,7 @@ class EmulatedGraph final : public CapturedGraph {
   }
   ~EmulatedGraph() override {
     with_host_lock([&] {  // Note [Foreign objects in recorded forwards]
+      m_stack.clear();
       m_values.clear();
       m_recording = Recording();
     });
@@ -595,6 +748,7 @@ class EmulatedGraph final : public CapturedGraph {
   void replay() override {
     torch::NoGradGuard no_grad;
     try {
+      for (const auto& [slot, bytes] : m_recording.host_writes) m_values[static_cast<std::size_t>(slot)].copy_(bytes);
       for (const RecordedOp& op : m_recording.ops) {
         if (!op.runs) continue;  // its outputs are the graph's own memory
         m_stack.clear();
@@ -611,6 +765,7 @@ class EmulatedGraph final : public CapturedGraph {
       // The static output buffers keep their addresses, as with a CUDA graph.
       for (std::size_t i = 0; i < m_outputs.size(); ++i) copy_static(m_outputs[i], value(m_recording.outputs[i]).toTensor());
     } catch (...) {
+      m_stack.clear();
       drop_transient();
       throw;
     }

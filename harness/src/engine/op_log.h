@@ -19,7 +19,9 @@
 // finding: the log and the recording see the same calls (the top-level ops RecordFunction
 // reports, Note [Recorded forwards] in emulated_backend.cpp), and the log keeps more of each (the
 // tensors' dtypes, host values inside lists of tensors, the ops of code that asks not to be
-// traced).
+// traced). One assumption: model code that asks whether it runs under a capture (Note
+// [Capturing, as model code asks]) takes, when recorded, a path that decides nothing on the host
+// from data that its eager path leaves undecided.
 // A backend that records nothing (GraphBackend::records_forwards(): the cuda one) has no
 // recording to skip, so the pass neither logs nor runs the extra eager forwards there.
 
