@@ -171,7 +171,7 @@ EagerParts eager_work_parts(const Model& m) {
 // buckets or dummy loads), each warm-up and capture span a forward at its batch size, each model B
 // and stream-order build a construction and a load (the canonical order's second build, which the
 // pass makes only to name a difference, is left out). Left out too, so that the floor stays under
-// what the harness must do: replays (an emulated replay is the interpreter's work, a CUDA graph's
+// what the harness must do: replays (an emulated replay calls the recorded ops, a CUDA graph's
 // skips the launches), model B's forwards, checkpoint synthesis, the validate pass's fresh
 // recordings and noise runs, coverage's perturbed runs, the idempotence pass's second PWAL. The
 // conclusion does not hang on the validate or stream-order passes: observe, idempotence, census,

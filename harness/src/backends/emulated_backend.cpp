@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/intrusive_ptr.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -297,14 +298,12 @@ class Recorder {
                                            "functionalization"};
   static unsigned modes_now() {
     using c10::DispatchKey;
+    const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();  // one read
     unsigned on = 0;
-    if (!c10::impl::tls_is_dispatch_key_excluded(DispatchKey::AutocastCPU)) on |= 1U;
-    if (!c10::impl::tls_is_dispatch_key_excluded(DispatchKey::AutocastCUDA)) on |= 2U;
-    if (c10::impl::tls_is_dispatch_key_included(DispatchKey::Python) ||
-        c10::impl::tls_is_dispatch_key_included(DispatchKey::PythonTLSSnapshot)) {
-      on |= 4U;
-    }
-    if (c10::impl::tls_is_dispatch_key_included(DispatchKey::Functionalize)) on |= 8U;
+    if (!keys.excluded_.has(DispatchKey::AutocastCPU)) on |= 1U;
+    if (!keys.excluded_.has(DispatchKey::AutocastCUDA)) on |= 2U;
+    if (keys.included_.has(DispatchKey::Python) || keys.included_.has(DispatchKey::PythonTLSSnapshot)) on |= 4U;
+    if (keys.included_.has(DispatchKey::Functionalize)) on |= 8U;
     return on;
   }
 
@@ -333,6 +332,7 @@ class Recorder {
   // Own memory the host wrote, as the first op that reads it sees it (Recording::host_writes). An
   // op that overwrites it first (an out= buffer) makes it the graph's to fill.
   void note_first_use(const ValueTree& tree, bool written) {
+    if (m_unread_storages.empty()) return;
     for_each_tree_slot(tree, [&](std::int32_t slot) {
       const auto i = static_cast<std::size_t>(slot);
       if (!m_out.own[i]) return;
@@ -342,7 +342,8 @@ class Recorder {
     });
   }
 
-  static void for_each_tree_slot(const ValueTree& tree, const std::function<void(std::int32_t)>& fn) {
+  template <class Fn>
+  static void for_each_tree_slot(const ValueTree& tree, const Fn& fn) {
     if (tree.kind == ValueTree::Kind::kTensor) fn(tree.slot);
     for (const ValueTree& item : tree.items) for_each_tree_slot(item, fn);
   }
@@ -756,7 +757,7 @@ class EmulatedGraph final : public CapturedGraph {
         op.op->callBoxed(&m_stack);
         TORCH_CHECK(m_stack.size() == op.returns.size(), "graphcheck: ", op.op->operator_name().name, " returned ",
                     m_stack.size(), " values on replay, ", op.returns.size(), " at capture");
-        for (std::size_t i = 0; i < m_stack.size(); ++i) take(op.returns[i], m_stack[i]);
+        for (std::size_t i = 0; i < m_stack.size(); ++i) take(op.returns[i], std::move(m_stack[i]));
         for (const std::int32_t s : op.release) m_values[static_cast<std::size_t>(s)] = at::Tensor();
       }
       m_stack.clear();
@@ -801,17 +802,17 @@ class EmulatedGraph final : public CapturedGraph {
     return {};
   }
 
-  void take(const ValueTree& t, const c10::IValue& v) {
+  void take(const ValueTree& t, c10::IValue&& v) {
     if (t.kind == ValueTree::Kind::kHost) return;
     if (t.kind == ValueTree::Kind::kTensor) {
       TORCH_CHECK(v.isTensor(), "graphcheck: an op returned ", v.tagKind(), " on replay where it returned a tensor at capture");
-      m_values[static_cast<std::size_t>(t.slot)] = v.toTensor();
+      m_values[static_cast<std::size_t>(t.slot)] = std::move(v).toTensor();
       return;
     }
     const std::vector<c10::IValue> items = v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
     TORCH_CHECK(items.size() == t.items.size(), "graphcheck: an op returned ", items.size(),
                 " values in a list on replay, ", t.items.size(), " at capture");
-    for (std::size_t i = 0; i < items.size(); ++i) take(t.items[i], items[i]);
+    for (std::size_t i = 0; i < items.size(); ++i) take(t.items[i], c10::IValue(items[i]));
   }
 
   void drop_transient() {
@@ -936,6 +937,10 @@ class EmulatedBackend final : public GraphBackend {
         recorder.add_input(args.back());
       }
       const HostSyncObserver observer(host_syncs);
+      // TorchScript's executor runs a function unoptimized on its first calls and optimized later,
+      // and an optimized graph may run fused kernels no dispatcher call records: every recording
+      // of a forward runs its scripted code unoptimized, the same ops each time.
+      const torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
       const RecordingScope scope(recorder);
       const TracingForward tracing;
       out.outputs = model.forward_all(args);
