@@ -6,6 +6,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <set>
 
 #include "address_index.h"
@@ -347,6 +348,45 @@ TEST_F(EmulatedBackendTest, AHostBuiltTensorAnOpUpdatesInPlaceStartsFromTheHostV
       torch::Tensor acc = torch::tensor(std::vector<float>{1.0F, 2.0F, 3.0F, 4.0F});
       acc.add_(x.sum(0));
       return x + acc;
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  for (int i = 0; i < 3; ++i) {
+    graph->static_inputs().at(0).copy_(m_input);
+    graph->replay();
+    EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(m_input))) << "replay " << i;
+  }
+}
+
+// A view made before the forward of memory one of the forward's ops also views (a layer's slice
+// of a cache pool the forward indexes too) is a constant of its own, a read of the graph at its
+// own address: memory an op returned is an op's only when the op allocated it, not when it returns
+// a view of one of its arguments.
+TEST_F(EmulatedBackendTest, ATensorOverAWeightsMemoryThatAnOpAlsoViewsStaysAReadOfTheGraph) {
+  class Pooled : public TinyModel {
+   public:
+    Pooled() : m_pool(torch::randn({2, 4})), m_layer1(m_pool.select(0, 1)) {}
+    torch::Tensor forward(const torch::Tensor& x) override { return x + m_pool.select(0, 0) + m_layer1; }
+    std::vector<NamedTensor> extra_tensors() override { return {{"pool", m_pool}, {"layer1", m_layer1}}; }
+    torch::Tensor m_pool, m_layer1;
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  std::vector<const void*> addresses;
+  for (const GraphRead& r : graph->reads()) addresses.push_back(r.address);
+  EXPECT_NE(std::find(addresses.begin(), addresses.end(), model.m_pool.data_ptr()), addresses.end());
+  EXPECT_NE(std::find(addresses.begin(), addresses.end(), model.m_layer1.data_ptr()), addresses.end())
+      << graph->reads().size() << " reads";
+}
+
+// The graph's own memory starts every replay with the sizes it was made with: an op that changes
+// them in place (unsqueeze_, resize_) did so at capture and does so again at each replay.
+TEST_F(EmulatedBackendTest, OwnMemoryAnOpReshapesInPlaceStartsEveryReplayAsItWasMade) {
+  class Unsqueezed : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor s = torch::tensor(std::vector<float>{1.0F, 2.0F, 3.0F, 4.0F});
+      s.unsqueeze_(0);
+      return x + s;
     }
   } model;
   auto graph = m_backend->capture(model, {m_input}, m_input.size(0));

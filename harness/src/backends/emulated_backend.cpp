@@ -6,7 +6,6 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/intrusive_ptr.h>
 #include <fmt/format.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -125,8 +124,9 @@ class HostSyncObserver {
 // Capture records the forward as the ops it calls at the top level (its own calls, not the ops
 // those make inside), in order, each with its arguments. A tensor argument is a value of the
 // graph: one of its inputs, what an op recorded before it returned (or a tensor made with no op
-// over that memory, `.data`, recorded as a view of it), or a tensor made outside the forward (a
-// weight, a buffer, a cache), a constant pinned to its storage (Note [Pinned constants]). Every
+// over memory such an op allocated, `.data`, recorded as a view of it), or a tensor made outside
+// the forward (a weight, a buffer, a cache, a view of one), a constant pinned to its storage
+// (Note [Pinned constants]). Every
 // other argument (a number, a list of sizes, a Python scalar wrapped as a tensor, a dtype) is a
 // host value, baked in as it was. Replay calls the same ops through the dispatcher on this
 // replay's values, and drops each value after its last use: what a CUDA graph's kernels do with
@@ -140,10 +140,14 @@ class HostSyncObserver {
 // made by code that asks not to be traced (at::tracer::impl::NoTracerDispatchMode: torch.tensor()
 // in Python fills one from host data with raw writes, which no op records; torch::tensor() in C++
 // writes into an aten::empty the same way). Replay reuses them, as a CUDA graph reuses the
-// addresses its capture allocated, and copies in again what the host wrote into them, as the
-// first op to read them saw it (a CUDA graph's memcpy node). What a replay could not repeat ends
+// addresses its capture allocated: each through an alias of the graph's own, which starts every
+// replay with the sizes it was made with (an unsqueeze_ at capture runs again at replay). It
+// copies in again the bytes the host wrote into them, as the first op to read them saw them (a
+// CUDA graph's memcpy node); a view of them is no read yet, and an op that overwrites them first
+// (an out= buffer, fill_, copy_) leaves nothing to copy. What a replay could not repeat ends
 // the capture as the backend's limit (BackendLimit), never as a replay that differs: a mode the
-// forward switches on around an op (torch.autocast, a TorchDispatchMode). Not seen: ops a forward
+// forward switches on around an op (torch.autocast, a TorchDispatchMode, torch.func), or a
+// recording that failed part-way (RecordFunction would swallow the error). Not seen: ops a forward
 // runs on another thread (a fork inside scripted code runs on the inter-op pool).
 // Before, capture traced the forward with torch.jit's tracer (deprecated since PyTorch 2.11) and
 // replayed it with the TorchScript interpreter: 0.85 s per capture of the synthetic 10,000-tensor
@@ -176,9 +180,17 @@ struct Recording {
   // undefined for an input and for what an op returns.
   std::vector<at::Tensor> initial;
   std::vector<bool> own;  // per value: the graph's own memory (no read of the graph)
-  // Own memory the host wrote (torch.tensor(...)), as the forward's first op read it: copied back
-  // at the start of every replay, as a CUDA graph's memcpy node copies a host value in.
-  std::vector<std::pair<std::int32_t, at::Tensor>> host_writes;
+  // Own memory the host wrote (torch.tensor(...)), as the forward's first op read it: the bytes of
+  // its storage, copied back at the start of every replay, as a CUDA graph's memcpy node copies a
+  // host value in.
+  std::vector<std::pair<std::int32_t, std::vector<char>>> host_writes;
+  // Per own value: its sizes, strides and offset when it was made. Replay starts each from them
+  // (an op that resizes it, or unsqueeze_, changed them at capture and would again).
+  struct Layout {
+    std::vector<std::int64_t> sizes, strides;
+    std::int64_t offset = 0;
+  };
+  std::unordered_map<std::int32_t, Layout> own_layouts;
   std::vector<ValueTree> outputs;
   std::vector<GraphRead> reads;
 };
@@ -208,14 +220,25 @@ class Recorder {
     ++m_out.inputs;
   }
 
+  // RecordFunction swallows what a callback throws: a recording that failed here says so (the
+  // capture is refused with it) rather than keep an op recorded in part.
   void enter(const at::RecordFunction& fn) {
     const std::optional<c10::OperatorName> name = fn.operator_name();
     if (!name) return;  // no op: transparent
     if (m_depth++ > 0) return;
+    try {
+      enter_top(fn, *name);
+    } catch (const std::exception& e) {
+      limit(fmt::format("recording {} failed: {}", fn.name(), e.what()));
+      m_pending.reset();
+    }
+  }
+
+  void enter_top(const at::RecordFunction& fn, const c10::OperatorName& name) {
     m_unwinding = std::uncaught_exceptions();
     m_skipping = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer);
     if (m_skipping) return;
-    std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*name);
+    std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
     if (!op) {  // an op of the TorchScript interpreter's own, not the dispatcher's: transparent
       --m_depth;
       return;
@@ -242,9 +265,13 @@ class Recorder {
                         fn.name(), switched_on ? "under" : "without", mode, switched_on ? "on" : "off"));
     }
     r.arguments.reserve(inputs.size());
+    m_argument_storages.clear();
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       r.arguments.push_back(argument(inputs[i]));
-      note_first_use(r.arguments.back(), overwrites(fn.name(), schema.arguments()[i], i));
+      for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+        if (t.has_storage()) m_argument_storages.push_back(t.storage().unsafeGetStorageImpl());
+        if (r.runs) note_first_use(t, fn.name(), schema.arguments()[i], i);
+      });
     }
     try {
       r.source = intern_source(python_source_now());
@@ -256,6 +283,16 @@ class Recorder {
   void exit(const at::RecordFunction& fn) {
     if (m_depth == 0 || !fn.operator_name()) return;
     if (--m_depth > 0) return;
+    try {
+      exit_top(fn);
+    } catch (const std::exception& e) {
+      limit(fmt::format("recording {} failed: {}", fn.name(), e.what()));
+      m_pending.reset();
+      m_skipping = false;
+    }
+  }
+
+  void exit_top(const at::RecordFunction& fn) {
     if (std::uncaught_exceptions() > m_unwinding) {
       // The op threw (and the forward may catch it): it returned nothing, and replay must not run it.
       m_skipping = false;
@@ -295,7 +332,7 @@ class Recorder {
 
   // The modes on now, among those that change what an op computes: a bit each (kModes).
   static constexpr const char* kModes[] = {"torch.autocast", "torch.autocast(cuda)", "a TorchDispatchMode",
-                                           "functionalization"};
+                                           "functionalization", "torch.func (vmap, grad)"};
   static unsigned modes_now() {
     using c10::DispatchKey;
     const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();  // one read
@@ -304,6 +341,9 @@ class Recorder {
     if (!keys.excluded_.has(DispatchKey::AutocastCUDA)) on |= 2U;
     if (keys.included_.has(DispatchKey::Python) || keys.included_.has(DispatchKey::PythonTLSSnapshot)) on |= 4U;
     if (keys.included_.has(DispatchKey::Functionalize)) on |= 8U;
+    if (keys.included_.has(DispatchKey::FuncTorchDynamicLayerFrontMode) || keys.included_.has(DispatchKey::PythonDispatcher)) {
+      on |= 16U;
+    }
     return on;
   }
 
@@ -320,33 +360,51 @@ class Recorder {
   }
 
   // Whether an op writes argument `i` without reading it: an out= buffer, and the tensor that
-  // fill_, zero_ or copy_ overwrite. An in-place op (add_) reads what it writes.
+  // fill_, zero_, copy_ or a random fill overwrite. An in-place op (add_) reads what it writes.
   static bool overwrites(const char* op, const c10::Argument& argument, std::size_t i) {
     const c10::AliasInfo* alias = argument.alias_info();
     if (alias == nullptr || !alias->isWrite()) return false;
     if (argument.kwarg_only()) return true;
-    return i == 0 && (std::strcmp(op, "aten::fill_") == 0 || std::strcmp(op, "aten::zero_") == 0 ||
-                      std::strcmp(op, "aten::copy_") == 0);
+    if (i != 0) return false;
+    for (const char* fill : {"aten::fill_", "aten::zero_", "aten::copy_", "aten::uniform_", "aten::normal_",
+                             "aten::random_", "aten::exponential_", "aten::bernoulli_", "aten::geometric_",
+                             "aten::log_normal_", "aten::cauchy_"}) {
+      if (std::strcmp(op, fill) == 0) return true;
+    }
+    return false;
   }
 
   // Own memory the host wrote, as the first op that reads it sees it (Recording::host_writes). An
-  // op that overwrites it first (an out= buffer) makes it the graph's to fill.
-  void note_first_use(const ValueTree& tree, bool written) {
-    if (m_unread_storages.empty()) return;
-    for_each_tree_slot(tree, [&](std::int32_t slot) {
-      const auto i = static_cast<std::size_t>(slot);
-      if (!m_out.own[i]) return;
-      const at::Tensor& t = m_out.initial[i];
-      if (!t.has_storage() || !m_unread_storages.erase(t.storage().unsafeGetStorageImpl())) return;
-      if (!written) m_out.host_writes.emplace_back(slot, t.clone());
-    });
+  // op that overwrites it first (an out= buffer) makes it the graph's to fill; a view of it (an
+  // argument the op aliases without writing: slice, select, view) is no use yet.
+  void note_first_use(const at::Tensor& t, const char* op, const c10::Argument& argument, std::size_t i) {
+    if (m_unread.empty() || !t.has_storage()) return;
+    const auto it = m_unread.find(t.storage().unsafeGetStorageImpl());
+    if (it == m_unread.end()) return;
+    const c10::AliasInfo* alias = argument.alias_info();
+    if (alias != nullptr && !alias->isWrite()) return;
+    const std::int32_t slot = it->second;
+    m_unread.erase(it);
+    if (overwrites(op, argument, i)) return;
+    const c10::Storage& storage = m_out.initial[static_cast<std::size_t>(slot)].storage();
+    const auto* bytes = static_cast<const char*>(storage.data());
+    m_out.host_writes.emplace_back(slot, std::vector<char>(bytes, bytes + storage.nbytes()));
   }
 
   template <class Fn>
-  static void for_each_tree_slot(const ValueTree& tree, const Fn& fn) {
-    if (tree.kind == ValueTree::Kind::kTensor) fn(tree.slot);
-    for (const ValueTree& item : tree.items) for_each_tree_slot(item, fn);
+  static void for_each_tensor(const c10::IValue& v, const Fn& fn) {
+    if (v.isTensor()) {
+      if (v.toTensor().defined()) fn(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        if (t.defined()) fn(t);
+      }
+    } else if (v.isList() || v.isTuple()) {
+      for (const c10::IValue& e : v.isList() ? v.toListRef() : v.toTupleRef().elements()) for_each_tensor(e, fn);
+    }
   }
+
+
 
   void remember(const at::Tensor& t, std::int32_t slot) {
     m_index.insert_or_assign(t.unsafeGetTensorImpl(),
@@ -369,8 +427,35 @@ class Recorder {
     // Another tensor over the graph's own memory (a shallow copy: autograd::make_variable() makes
     // one of a tensor something else still holds, as this recording holds aten::empty's) is too.
     m_out.own[static_cast<std::size_t>(slot)] = t.has_storage() && m_own_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
+    if (m_out.own[static_cast<std::size_t>(slot)]) keep_layout(t, slot);
     remember(t, slot);
     return slot;
+  }
+
+  void keep_layout(const at::Tensor& t, std::int32_t slot) {
+    m_out.own_layouts[slot] = {t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+  }
+
+  // Memory an op returned: a new value's (not the memory of one of its arguments, a weight's or a
+  // cache's, which an in-place op or a view returns), or an existing value's seen as another dtype.
+  void made(const at::Tensor& t, std::int32_t slot) {
+    c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (m_own_storages.count(storage)) return;
+    auto it = m_made_storages.find(storage);
+    if (it == m_made_storages.end()) {
+      if (std::find(m_argument_storages.begin(), m_argument_storages.end(), storage) != m_argument_storages.end()) {
+        return;
+      }
+      it = m_made_storages
+               .emplace(storage, Made{c10::weak_intrusive_ptr<c10::StorageImpl>(
+                                          c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)),
+                                      {}})
+               .first;
+    }
+    for (const auto& [dtype, base] : it->second.bases) {
+      if (dtype == t.scalar_type()) return;
+    }
+    it->second.bases.emplace_back(t.scalar_type(), slot);
   }
 
   // A tensor no recorded op returned over memory one did (`.data`, a shallow copy made with no
@@ -379,8 +464,11 @@ class Recorder {
     if (!t.has_storage()) return std::nullopt;
     const auto it = m_made_storages.find(t.storage().unsafeGetStorageImpl());
     if (it == m_made_storages.end()) return std::nullopt;
-    const std::int32_t base = it->second.slot;
-    if (m_base_dtypes.at(base) != t.scalar_type()) {
+    std::int32_t base = -1;
+    for (const auto& [dtype, slot] : it->second.bases) {
+      if (dtype == t.scalar_type()) base = slot;
+    }
+    if (base < 0) {
       limit(fmt::format("a tensor the forward made with no op views memory an op returned as another dtype ({})",
                         c10::toString(t.scalar_type())));
       return std::nullopt;
@@ -454,19 +542,14 @@ class Recorder {
       if (!runs) {
         m_out.initial[static_cast<std::size_t>(tree.slot)] = t;
         m_out.own[static_cast<std::size_t>(tree.slot)] = true;
+        keep_layout(t, tree.slot);
         if (t.has_storage()) {
           m_own_storages.insert(t.storage().unsafeGetStorageImpl());
           // Written by the host, or by nothing yet: what the first op to read it sees.
-          m_unread_storages.insert(t.storage().unsafeGetStorageImpl());
+          m_unread.try_emplace(t.storage().unsafeGetStorageImpl(), tree.slot);
         }
       } else if (t.has_storage()) {
-        c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-        if (!m_own_storages.count(storage)) {
-          const auto [it, fresh] = m_made_storages.try_emplace(
-              storage, Made{c10::weak_intrusive_ptr<c10::StorageImpl>(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)),
-                            tree.slot});
-          if (fresh) m_base_dtypes[tree.slot] = t.scalar_type();
-        }
+        made(t, tree.slot);
       }
       remember(t, tree.slot);
       return tree;
@@ -492,13 +575,14 @@ class Recorder {
   Recording& m_out;
   std::unordered_map<const c10::TensorImpl*, Known> m_index;
   std::unordered_set<const c10::StorageImpl*> m_own_storages;  // held by `initial`: not reused
-  std::unordered_set<const c10::StorageImpl*> m_unread_storages;  // own memory no op has used yet
+  // Own memory no running op has used yet: the own value first made over it.
+  std::unordered_map<const c10::StorageImpl*, std::int32_t> m_unread;
   struct Made {
     c10::weak_intrusive_ptr<c10::StorageImpl> keep;  // the storage's address is not reused meanwhile
-    std::int32_t slot = -1;  // the first value over it
+    std::vector<std::pair<c10::ScalarType, std::int32_t>> bases;  // the first value over it, per dtype
   };
   std::unordered_map<const c10::StorageImpl*, Made> m_made_storages;  // memory recorded ops returned
-  std::unordered_map<std::int32_t, c10::ScalarType> m_base_dtypes;
+  std::vector<const c10::StorageImpl*> m_argument_storages;  // the current op's
   unsigned m_modes;  // the modes on when the recording began (modes_now())
   int m_unwinding = 0;
   std::string m_limit;
@@ -545,6 +629,15 @@ class RecordingScope {
 void pin_constants(Recording& r) {
   for (std::size_t slot = 0; slot < r.initial.size(); ++slot) {
     at::Tensor& live = r.initial[slot];
+    if (live.defined() && r.own[slot] && live.has_storage()) {
+      // The graph's own memory: an alias of its own, with the layout the value was made with, so
+      // that neither replay nor the forward's own tensor changes the other's sizes.
+      const Recording::Layout& layout = r.own_layouts.at(static_cast<std::int32_t>(slot));
+      torch::Tensor own = at::empty({0}, live.options());
+      own.set_(live.storage(), layout.offset, layout.sizes, layout.strides);
+      live = std::move(own);
+      continue;
+    }
     if (!live.defined() || r.own[slot] || !live.has_storage()) continue;
     if (live.unsafeGetTensorImpl()->is_wrapped_number()) continue;  // `x * 0.5`: a value of the code
     torch::Tensor pinned = at::empty({0}, live.options());
@@ -749,7 +842,16 @@ class EmulatedGraph final : public CapturedGraph {
   void replay() override {
     torch::NoGradGuard no_grad;
     try {
-      for (const auto& [slot, bytes] : m_recording.host_writes) m_values[static_cast<std::size_t>(slot)].copy_(bytes);
+      for (const auto& [slot, layout] : m_recording.own_layouts) {
+        at::Tensor& own = m_values[static_cast<std::size_t>(slot)];
+        if (own.sizes() != layout.sizes || own.strides() != layout.strides || own.storage_offset() != layout.offset) {
+          own.set_(own.storage(), layout.offset, layout.sizes, layout.strides);  // resize_, unsqueeze_ at capture
+        }
+      }
+      for (const auto& [slot, bytes] : m_recording.host_writes) {
+        const c10::Storage& storage = m_values[static_cast<std::size_t>(slot)].storage();
+        std::memcpy(storage.mutable_data(), bytes.data(), std::min(storage.nbytes(), bytes.size()));
+      }
       for (const RecordedOp& op : m_recording.ops) {
         if (!op.runs) continue;  // its outputs are the graph's own memory
         m_stack.clear();
@@ -937,10 +1039,6 @@ class EmulatedBackend final : public GraphBackend {
         recorder.add_input(args.back());
       }
       const HostSyncObserver observer(host_syncs);
-      // TorchScript's executor runs a function unoptimized on its first calls and optimized later,
-      // and an optimized graph may run fused kernels no dispatcher call records: every recording
-      // of a forward runs its scripted code unoptimized, the same ops each time.
-      const torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
       const RecordingScope scope(recorder);
       const TracingForward tracing;
       out.outputs = model.forward_all(args);
