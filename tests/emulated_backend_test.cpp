@@ -358,6 +358,60 @@ TEST_F(EmulatedBackendTest, AHostBuiltTensorAnOpUpdatesInPlaceStartsFromTheHostV
   }
 }
 
+// Note [Recapture signature]: a host value that reaches an op as a tensor the forward builds from
+// it (no op takes the value itself) is part of the signature, named by the op that first reads it
+// (torch.tensor(self.amax) in Python).
+TEST_F(EmulatedBackendTest, RecaptureNamesAHostValueTheForwardWritesIntoATensor) {
+  class HostBuilt : public TinyModel {
+   public:
+    float m_scale = 0.5F;
+    torch::Tensor forward(const torch::Tensor& x) override {
+      std::vector<float> row(16, 1.0F);
+      row[9] = m_scale;
+      const torch::Tensor scaled = x * torch::tensor(std::vector<float>{m_scale});
+      return scaled + torch::tensor(row).sum();
+    }
+  } model;
+  (void)model.forward(m_input);  // warm-up: the capture's empty() may get this run's block back
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  EXPECT_FALSE(m_backend->recapture_diff(*graph, model, {m_input}).differs());
+  model.m_scale = 0.25F;
+  const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
+  ASSERT_TRUE(d.supported) << d.unsupported_reason;
+  EXPECT_FALSE(d.control_flow_differs) << d.divergence;
+  ASSERT_EQ(d.values.size(), 2U);
+  EXPECT_EQ(d.values[0].op, "aten::mul");
+  EXPECT_EQ(d.values[0].argument, 1);
+  EXPECT_EQ(d.values[0].at_capture, "tensor([0.5])");
+  EXPECT_EQ(d.values[0].now, "tensor([0.25])");
+  EXPECT_EQ(d.values[1].op, "aten::sum");
+  EXPECT_EQ(d.values[1].at_capture, "a tensor of 16 values whose element 9 is 0.5");
+  EXPECT_EQ(d.values[1].now, "a tensor of 16 values whose element 9 is 0.25");
+}
+
+// Bytes of an empty() buffer that nothing wrote (an in-place op on it that leaves part of it as it
+// was) are no host value: two recordings of one forward agree on them whatever the allocator
+// handed each.
+TEST_F(EmulatedBackendTest, RecaptureComparesNoBytesOfAnEmptyBufferThatNothingWrote) {
+  class Partial : public TinyModel {
+   public:
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor buffer = torch::empty({4096});
+      buffer.masked_fill_(torch::arange(4096) < 8, 1.0);
+      return x + buffer.narrow(0, 0, 4).sum();
+    }
+  } model;
+  // Before each recording a block of the buffer's size is written and freed, so that its empty()
+  // most likely gets it back holding other bytes.
+  const auto dirty = [](float value) { (void)torch::full({4096}, value); };
+  dirty(1);
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  dirty(2);
+  const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
+  EXPECT_TRUE(d.supported) << d.unsupported_reason;
+  EXPECT_FALSE(d.differs()) << (d.values.empty() ? d.divergence : d.values.front().op + ": " + d.values.front().at_capture);
+}
+
 // A view made before the forward of memory one of the forward's ops also views (a layer's slice
 // of a cache pool the forward indexes too) is a constant of its own, a read of the graph at its
 // own address: memory an op returned is an op's only when the op allocated it, not when it returns

@@ -773,6 +773,13 @@ TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   const at::Tensor plain = torch::full({}, 0.25, torch::kDouble);  // not wrapped: a tensor
   EXPECT_EQ(op_log_of([&] { (void)x.mul(torch::full({}, 0.5, torch::kDouble)); }).ops, 2u);
   EXPECT_EQ(op_log_of([&] { (void)x.mul(plain); }).ops, 1u);
+  // Bytes the host wrote into a tensor (torch::tensor from a vector: no op takes the values), as
+  // the first op to read them sees them: a recording keeps them too (Recording::host_writes).
+  const auto host_built = [&](float v) {
+    return op_log_of([&] { (void)x.mul(torch::tensor(std::vector<float>{v, 1.0F, 1.0F, 1.0F})); });
+  };
+  EXPECT_EQ(host_built(0.5F), host_built(0.5F));
+  EXPECT_NE(host_built(0.5F), host_built(0.25F));
   // Only the forward's own calls: linear's inner ops are not logged.
   EXPECT_EQ(op_log_of([&] { (void)torch::linear(x, w); }).ops, 1u);
   EXPECT_EQ(op_log_of([] {}).ops, 0u);

@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/intrusive_ptr.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -26,6 +27,7 @@
 #include "address_index.h"
 #include "backends/static_copy.h"
 #include "counting_allocator.h"
+#include "host_memory_use.h"
 #include "host_sync_ops.h"
 #include "tensor_format.h"
 
@@ -182,8 +184,14 @@ struct Recording {
   std::vector<bool> own;  // per value: the graph's own memory (no read of the graph)
   // Own memory the host wrote (torch.tensor(...)), as the forward's first op read it: the bytes of
   // its storage, copied back at the start of every replay, as a CUDA graph's memcpy node copies a
-  // host value in.
-  std::vector<std::pair<std::int32_t, std::vector<char>>> host_writes;
+  // host value in. The op and argument that first read it name it (Note [Recapture signature]).
+  struct HostWrite {
+    std::int32_t slot = -1;
+    std::size_t op = 0;
+    int argument = 0;
+    std::vector<char> bytes;
+  };
+  std::vector<HostWrite> host_writes;
   // Per own value: its sizes, strides and offset when it was made. Replay starts each from them
   // (an op that resizes it, or unsqueeze_, changed them at capture and would again).
   struct Layout {
@@ -270,7 +278,7 @@ class Recorder {
       r.arguments.push_back(argument(inputs[i]));
       for_each_tensor(inputs[i], [&](const at::Tensor& t) {
         if (t.has_storage()) m_argument_storages.push_back(t.storage().unsafeGetStorageImpl());
-        if (r.runs) note_first_use(t, fn.name(), schema.arguments()[i], i);
+        if (r.runs) note_first_use(t, *r.op, schema.arguments()[i], i);
       });
     }
     try {
@@ -301,7 +309,7 @@ class Recorder {
     }
     if (m_skipping) {  // what it made from host data is the graph's own memory
       m_skipping = false;
-      for (const c10::IValue& v : fn.outputs()) returned(v, /*runs=*/false);
+      for (const c10::IValue& v : fn.outputs()) returned(v, /*runs=*/false, /*host_code=*/true);
       return;
     }
     if (!m_pending) return;
@@ -359,36 +367,24 @@ class Recorder {
     return {};
   }
 
-  // Whether an op writes argument `i` without reading it: an out= buffer, and the tensor that
-  // fill_, zero_, copy_ or a random fill overwrite. An in-place op (add_) reads what it writes.
-  static bool overwrites(const char* op, const c10::Argument& argument, std::size_t i) {
-    const c10::AliasInfo* alias = argument.alias_info();
-    if (alias == nullptr || !alias->isWrite()) return false;
-    if (argument.kwarg_only()) return true;
-    if (i != 0) return false;
-    for (const char* fill : {"aten::fill_", "aten::zero_", "aten::copy_", "aten::uniform_", "aten::normal_",
-                             "aten::random_", "aten::exponential_", "aten::bernoulli_", "aten::geometric_",
-                             "aten::log_normal_", "aten::cauchy_"}) {
-      if (std::strcmp(op, fill) == 0) return true;
-    }
-    return false;
-  }
-
   // Own memory the host wrote, as the first op that reads it sees it (Recording::host_writes). An
-  // op that overwrites it first (an out= buffer) makes it the graph's to fill; a view of it (an
-  // argument the op aliases without writing: slice, select, view) is no use yet.
-  void note_first_use(const at::Tensor& t, const char* op, const c10::Argument& argument, std::size_t i) {
+  // op that overwrites it first (an out= buffer) makes it the graph's to fill; a view of it, or an
+  // op that changes only its metadata, is no use yet (host_memory_use).
+  void note_first_use(const at::Tensor& t, const c10::OperatorHandle& op, const c10::Argument& argument,
+                      std::size_t i) {
     if (m_unread.empty() || !t.has_storage()) return;
     const auto it = m_unread.find(t.storage().unsafeGetStorageImpl());
     if (it == m_unread.end()) return;
-    const c10::AliasInfo* alias = argument.alias_info();
-    if (alias != nullptr && !alias->isWrite()) return;
+    const HostMemoryUse use = host_memory_use(op, argument, i);
+    if (use == HostMemoryUse::none) return;
     const std::int32_t slot = it->second;
     m_unread.erase(it);
-    if (overwrites(op, argument, i)) return;
+    if (use == HostMemoryUse::overwrites) return;
     const c10::Storage& storage = m_out.initial[static_cast<std::size_t>(slot)].storage();
     const auto* bytes = static_cast<const char*>(storage.data());
-    m_out.host_writes.emplace_back(slot, std::vector<char>(bytes, bytes + storage.nbytes()));
+    // The op reading it is the next one recorded (it is pending until it returns).
+    m_out.host_writes.push_back(
+        {slot, m_out.ops.size(), static_cast<int>(i), std::vector<char>(bytes, bytes + storage.nbytes())});
   }
 
   template <class Fn>
@@ -533,7 +529,8 @@ class Recorder {
   }
 
   // A returned tensor is a new value, or (aten::empty and its kin) the graph's own memory.
-  ValueTree returned(const c10::IValue& v, bool runs) {
+  // `host_code`: code that builds a tensor from host data returned it (the tracer's key excluded).
+  ValueTree returned(const c10::IValue& v, bool runs, bool host_code = false) {
     ValueTree tree;
     if (v.isTensor() && v.toTensor().defined()) {
       const at::Tensor& t = v.toTensor();
@@ -546,7 +543,14 @@ class Recorder {
         if (t.has_storage()) {
           m_own_storages.insert(t.storage().unsafeGetStorageImpl());
           // Written by the host, or by nothing yet: what the first op to read it sees.
-          m_unread.try_emplace(t.storage().unsafeGetStorageImpl(), tree.slot);
+          // What an empty-family op returns holds no value of the forward's (in eager, whatever the
+          // allocator hands back): filled with kUnwritten, so that two recordings of a forward
+          // hold the same bytes there unless the host wrote other ones (Note [Recapture signature]).
+          const c10::Storage& storage = t.storage();
+          if (!host_code && storage.nbytes() > 0 && t.device().is_cpu()) {
+            std::memset(storage.mutable_data(), kUnwritten, storage.nbytes());
+          }
+          m_unread.try_emplace(storage.unsafeGetStorageImpl(), tree.slot);
         }
       } else if (t.has_storage()) {
         made(t, tree.slot);
@@ -559,7 +563,7 @@ class Recorder {
           v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
       bool tensors = false;
       for (const c10::IValue& e : elements) {
-        tree.items.push_back(returned(e, runs));
+        tree.items.push_back(returned(e, runs, host_code));
         tensors = tensors || tree.items.back().kind != ValueTree::Kind::kHost;
       }
       if (!tensors) {
@@ -577,6 +581,7 @@ class Recorder {
   std::unordered_set<const c10::StorageImpl*> m_own_storages;  // held by `initial`: not reused
   // Own memory no running op has used yet: the own value first made over it.
   std::unordered_map<const c10::StorageImpl*, std::int32_t> m_unread;
+  static constexpr int kUnwritten = 0xA5;  // an empty-family op's memory, as recorded
   struct Made {
     c10::weak_intrusive_ptr<c10::StorageImpl> keep;  // the storage's address is not reused meanwhile
     std::vector<std::pair<c10::ScalarType, std::int32_t>> bases;  // the first value over it, per dtype
@@ -685,6 +690,10 @@ void plan_releases(Recording& r) {
 // forward agree on this signature unless the forward decided something on the host from data: a
 // branch (the op sequence parts) or a value passed to an op (a host value differs), however the
 // value reached the host (item(), .cpu(), a raw data_ptr() read, a Python float kept on the model).
+// A host value can also reach an op as a tensor the forward builds from it (torch.tensor(self.amax),
+// torch::tensor(std::vector)): the graph's own memory, whose bytes the capture copies in at every
+// replay (Recording::host_writes). Those bytes are part of the signature too, named by the op and
+// argument that first read them.
 struct HostValue {
   int argument = 0;
   const c10::IValue* value = nullptr;  // the recording's own
@@ -764,6 +773,67 @@ const std::string& source_text(const RecordedOp& op) {
   return op.source != nullptr ? *op.source : kNone;
 }
 
+// A host write's bytes as values of the dtype the forward made them, "tensor(0.8311)" or
+// "tensor([1, 2, 3])", and past kShown values the first element where `mine` and `other` differ.
+std::string written_text(const at::Tensor& made, bool scalar, const std::vector<char>& mine,
+                         const std::vector<char>& other) {
+  constexpr std::size_t kShown = 8;
+  const c10::ScalarType dtype = made.scalar_type();
+  const auto element = static_cast<std::size_t>(made.element_size());
+  const std::size_t n = element == 0 ? 0 : mine.size() / element;
+  const auto text = [&](std::size_t k) -> std::string {
+    try {
+      const at::Tensor one = at::from_blob(const_cast<char*>(mine.data() + k * element), {1},
+                                           at::TensorOptions().dtype(dtype).device(at::kCPU));
+      if (dtype == at::kBool) return one.item<bool>() ? "True" : "False";
+      if (c10::isIntegralType(dtype, /*includeBool=*/false)) return fmt::format("{}", one.item<std::int64_t>());
+      const auto digits = element >= 8 ? 17 : element >= 4 ? 8 : 4;
+      return fmt::format("{:.{}g}", one.to(at::kDouble).item<double>(), digits);
+    } catch (const std::exception&) {
+      return fmt::format("{:#04x}", static_cast<unsigned char>(mine[k * element]));  // complex, packed types
+    }
+  };
+  if (n == 0 || mine.size() != other.size()) return fmt::format("a tensor of {} bytes", mine.size());
+  if (n <= kShown) {
+    std::vector<std::string> values;
+    for (std::size_t k = 0; k < n; ++k) values.push_back(text(k));
+    return scalar && n == 1 ? fmt::format("tensor({})", values.front())
+                           : fmt::format("tensor([{}])", fmt::join(values, ", "));
+  }
+  std::size_t k = 0;
+  while (k + 1 < n && std::memcmp(mine.data() + k * element, other.data() + k * element, element) == 0) ++k;
+  return fmt::format("a tensor of {} values whose element {} is {}", n, k, text(k));
+}
+
+// A tensor an op reads that the forward did not make (a constant of the graph), as a read.
+std::optional<GraphRead> constant_read(const Recording& r, std::int32_t slot) {
+  if (slot < r.inputs) return std::nullopt;
+  const at::Tensor& t = r.initial[static_cast<std::size_t>(slot)];
+  if (!t.defined() || r.own[static_cast<std::size_t>(slot)] || !t.has_storage() ||
+      t.unsafeGetTensorImpl()->is_wrapped_number()) {
+    return std::nullopt;
+  }
+  GraphRead read;
+  read.address = t.data_ptr();
+  read.bytes = tensor_extent_bytes(t);
+  return read;
+}
+
+// The constants two recordings of one op read at other addresses, argument by argument.
+void moved_reads(const Recording& captured, const Recording& now, std::size_t op, const ValueTree& a,
+                 const ValueTree& b, int argument, RecaptureDiff& d) {
+  if (a.kind != b.kind || a.items.size() != b.items.size()) return;
+  if (a.kind == ValueTree::Kind::kTensor) {
+    const std::optional<GraphRead> x = constant_read(captured, a.slot);
+    const std::optional<GraphRead> y = constant_read(now, b.slot);
+    if (!x || !y || (x->address == y->address && x->bytes == y->bytes)) return;
+    const RecordedOp& recorded = now.ops[op];
+    d.moved_reads.push_back({op, op_text(recorded, nullptr), argument, *x, *y, source_text(recorded)});
+    return;
+  }
+  for (std::size_t i = 0; i < a.items.size(); ++i) moved_reads(captured, now, op, a.items[i], b.items[i], argument, d);
+}
+
 RecaptureDiff compare_recordings(const Recording& captured, const Recording& now) {
   RecaptureDiff d;
   d.supported = true;
@@ -788,6 +858,9 @@ RecaptureDiff compare_recordings(const Recording& captured, const Recording& now
   }
   c10::IValue scratch_a;
   c10::IValue scratch_b;
+  // The same op sequence made the same own memory: the host writes pair in order.
+  std::size_t write = 0;
+  const std::size_t writes = std::min(captured.host_writes.size(), now.host_writes.size());
   for (std::size_t i = 0; i < n; ++i) {
     const RecordedOp& op_a = captured.ops[i];
     const RecordedOp& op_b = now.ops[i];
@@ -802,6 +875,24 @@ RecaptureDiff compare_recordings(const Recording& captured, const Recording& now
       v.argument = a[j].argument;
       v.at_capture = host_text(x);
       v.now = host_text(y);
+      v.source = source_text(op_b);
+      d.values.push_back(std::move(v));
+    }
+    for (std::size_t j = 0; j < op_a.arguments.size() && j < op_b.arguments.size(); ++j) {
+      moved_reads(captured, now, i, op_a.arguments[j], op_b.arguments[j], static_cast<int>(j), d);
+    }
+    for (; write < writes && captured.host_writes[write].op == i; ++write) {
+      const Recording::HostWrite& x = captured.host_writes[write];
+      const Recording::HostWrite& y = now.host_writes[write];
+      if (x.bytes == y.bytes) continue;
+      const at::Tensor& made = captured.initial[static_cast<std::size_t>(x.slot)];
+      const auto layout = captured.own_layouts.find(x.slot);
+      const bool scalar = layout != captured.own_layouts.end() && layout->second.sizes.empty();  // 0-dim as made
+      BakedValue v;
+      v.op = op_text(op_a, nullptr);
+      v.argument = x.argument;
+      v.at_capture = written_text(made, scalar, x.bytes, y.bytes);
+      v.now = written_text(made, scalar, y.bytes, x.bytes);
       v.source = source_text(op_b);
       d.values.push_back(std::move(v));
     }
@@ -848,9 +939,9 @@ class EmulatedGraph final : public CapturedGraph {
           own.set_(own.storage(), layout.offset, layout.sizes, layout.strides);  // resize_, unsqueeze_ at capture
         }
       }
-      for (const auto& [slot, bytes] : m_recording.host_writes) {
-        const c10::Storage& storage = m_values[static_cast<std::size_t>(slot)].storage();
-        std::memcpy(storage.mutable_data(), bytes.data(), std::min(storage.nbytes(), bytes.size()));
+      for (const Recording::HostWrite& w : m_recording.host_writes) {
+        const c10::Storage& storage = m_values[static_cast<std::size_t>(w.slot)].storage();
+        std::memcpy(storage.mutable_data(), w.bytes.data(), std::min(storage.nbytes(), w.bytes.size()));
       }
       for (const RecordedOp& op : m_recording.ops) {
         if (!op.runs) continue;  // its outputs are the graph's own memory

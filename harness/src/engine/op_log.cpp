@@ -1,16 +1,20 @@
 #include "engine/op_log.h"
 
+#include "host_memory_use.h"
 #include "host_sync_ops.h"
 #include "backends/emulated_backend.h"
 #include "fingerprint.h"
 
 #include <ATen/record_function.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 #include <string>
 
@@ -20,6 +24,15 @@ namespace {
 struct OpLogState {
   OpLogDigest* out = nullptr;
   int depth = 0;  // ops entered and not left: only depth 0 is the forward's own call
+  // The top-level op now running is code that writes host data into a tensor (torch.tensor(...):
+  // the tracer's key excluded), and the storages such code made that no op has read yet: their
+  // bytes are logged at their first read, as a recording keeps them (Recording::host_writes).
+  // Memory an empty-family op returned is logged whether or not the host wrote it: a recording
+  // fills it with one pattern as it is made, so that only bytes the host wrote differ between two
+  // recordings; the allocator's bytes the log keeps besides can only make it differ, which costs a
+  // recording, never a finding. Weak references keep each address from being reused while listed.
+  bool host_code = false;
+  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> host_built;
 };
 thread_local OpLogState t_log;
 
@@ -134,6 +147,35 @@ void fold(OpLogState& s, const Hasher& h) { s.out->hash = (s.out->hash ^ h.get()
 // them (Note [Recorded forwards]).
 bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
 
+// The bytes the host wrote into memory an op now reads for the first time, as a recording keeps
+// them (host_memory_use; Recording::host_writes).
+void read_host_built(OpLogState& s, Hasher& h, const at::RecordFunction& fn) {
+  const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*fn.operator_name());
+  if (!op) return;
+  const std::vector<c10::Argument>& arguments = op->schema().arguments();
+  auto inputs = fn.inputs();
+  if (inputs.size() < arguments.size()) return;  // the recording stops at such a call
+  inputs = inputs.slice(inputs.size() - arguments.size());  // a boxed call passes its whole stack
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto meet = [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const auto it = s.host_built.find(t.storage().unsafeGetStorageImpl());
+      if (it == s.host_built.end()) return;
+      const HostMemoryUse use = host_memory_use(*op, arguments[i], i);
+      if (use == HostMemoryUse::none) return;
+      s.host_built.erase(it);
+      if (use == HostMemoryUse::overwrites) return;
+      h.tag('h');
+      h.value(static_cast<std::uint64_t>(i));
+      h.bytes(t.storage().data(), t.storage().nbytes());
+    };
+    if (inputs[i].isTensor()) meet(inputs[i].toTensor());
+    if (inputs[i].isTensorList()) {
+      for (const at::Tensor& t : inputs[i].toTensorList().vec()) meet(t);
+    }
+  }
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   OpLogState& s = t_log;
   if (s.out == nullptr || !is_op(fn)) return nullptr;
@@ -152,6 +194,11 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   h.bytes(name, std::strlen(name));
   h.tag('|');
   for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
+  // Code that builds a tensor from host data (the tracer's key excluded: torch.tensor(...)), and
+  // the empty-family ops, return memory the host may write: the graph's own (Note [Recorded
+  // forwards]).
+  s.host_code = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer) || returns_uninitialised(name);
+  if (!s.host_code && !s.host_built.empty()) read_host_built(s, h, fn);
   s.out->ops += 1;
   fold(s, h);
   return nullptr;
@@ -159,16 +206,26 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   OpLogState& s = t_log;
-  if (s.out != nullptr && s.depth > 0 && is_op(fn)) --s.depth;
+  if (s.out == nullptr || s.depth == 0 || !is_op(fn)) return;
+  if (--s.depth > 0 || !s.host_code) return;
+  s.host_code = false;
+  for (const c10::IValue& v : fn.outputs()) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().has_storage()) {
+      const c10::Storage& storage = v.toTensor().storage();
+      s.host_built.try_emplace(storage.unsafeGetStorageImpl(), storage.getWeakStorageImpl());
+    }
+  }
 }
 
 }  // namespace
 
 OpLogScope::OpLogScope(OpLogDigest& out) {
   TORCH_CHECK(t_log.out == nullptr, "graphcheck: op logs do not nest");
-  t_log = {&out, 0};
-  m_handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(&on_enter, &on_exit).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  t_log = {&out, 0, false, {}};
+  m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
+                                            .needsInputs(true)
+                                            .needsOutputs(true)
+                                            .scopes({at::RecordScope::FUNCTION}));
 }
 
 OpLogScope::~OpLogScope() {

@@ -205,6 +205,7 @@ class PassRun final : public RunContext {
   void validate_capture(std::size_t index, const CaptureEvent& capture);
   // The backend's recording of forward on `inputs` against graph `index` (RecaptureDiff).
   RecaptureDiff recapture(std::size_t index, const TensorList& inputs);
+  void chosen_read(const GraphView& view, RecaptureDiff& d);  // Note [A read chosen at capture]
   // The validation inputs from this one on (the wide range: zeros, tiny, huge) are recorded afresh.
   static constexpr std::size_t kValidationRecaptureFrom = 4;
   void coverage(std::size_t index, const CompareEvent& compare);

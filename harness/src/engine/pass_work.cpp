@@ -3,6 +3,7 @@
 // probes as an event (census, poison, idempotence, validate, coverage, growth).
 
 #include <c10/core/ScalarType.h>
+#include <fmt/format.h>
 #include <torch/types.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "address_index.h"
 #include "output_diff.h"
 #include "counting_allocator.h"
 #include "engine/driver.h"
@@ -127,13 +129,47 @@ RecaptureDiff PassRun::recapture(std::size_t index, const TensorList& inputs) {
   HarnessTime t(m_harness_seconds);
   UncountedScope uncounted;
   FlagScope quiet(m_quiet);
+  RecaptureDiff d;
   try {
-    return call_model(m_phase, "forward() under a fresh recording",
-                      [&] { return m_driver.backend().recapture_diff(*m_graphs.at(index), *m_model, inputs); });
+    d = call_model(m_phase, "forward() under a fresh recording",
+                   [&] { return m_driver.backend().recapture_diff(*m_graphs.at(index), *m_model, inputs); });
   } catch (const ModelFailure& e) {
-    RecaptureDiff d;
     d.unsupported_reason = e.what();
     return d;
+  }
+  if (!d.differs() && !d.moved_reads.empty()) chosen_read(m_views.at(index), d);
+  return d;
+}
+
+// Note [A read chosen at capture]: the fresh recording runs the capture's ops with the same host
+// values, but an op reads a tensor made outside the forward at another address. Which tensor was
+// there at capture is the graph's read, resolved then; which is there now, the live tensors say.
+// The same tensor at another address was rebound since the capture (a refit that replaced it): the
+// address probe's cause, not this one. Another tensor, or another part of one, is a choice the
+// forward made on the host (a weight picked by a Python flag that PWAL derived from the weights;
+// a plain attribute rebound to another buffer) that the graph froze: the first such read is the
+// divergence. A read either side cannot name says nothing.
+void PassRun::chosen_read(const GraphView& view, RecaptureDiff& d) {
+  const AddressIndex now(live_tensors());
+  const auto name = [](const std::string& tensor, std::int64_t offset, bool whole) {
+    return whole || offset == 0 ? fmt::format("'{}'", tensor) : fmt::format("'{}' at byte {}", tensor, offset);
+  };
+  for (const RecaptureDiff::MovedRead& m : d.moved_reads) {
+    const auto at_capture = std::find_if(view.reads.begin(), view.reads.end(), [&](const ResolvedRead& r) {
+      return r.read.address == m.at_capture.address && r.read.bytes == m.at_capture.bytes;
+    });
+    if (at_capture == view.reads.end() || at_capture->name.empty()) continue;
+    ResolvedRead then_read = *at_capture;
+    ResolvedRead now_read;
+    if (!now.resolve_into(m.now.address, m.now.bytes, now_read) || now_read.name.empty()) continue;
+    if (now_read.name == then_read.name && now_read.offset == then_read.offset) continue;  // rebound
+    d.control_flow_differs = true;
+    d.divergence = fmt::format("op {} of the forward: {} argument {} reads {} now, {} at capture", m.op + 1, m.op_name,
+                               m.argument, name(now_read.name, now_read.offset, now_read.whole),
+                               name(then_read.name, then_read.offset, then_read.whole));
+    d.divergence_source = m.source;
+    d.chosen_tensors = {now_read.name, then_read.name};
+    return;
   }
 }
 

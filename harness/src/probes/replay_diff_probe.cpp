@@ -209,6 +209,23 @@ class ReplayDiffProbe final : public EmptyProbe {
   void baked_on_refit(RunContext& ctx, const CompareEvent& e, const std::string& summary, const std::string& when,
                       std::vector<std::pair<std::string, std::string>> ev) {
     const RecaptureDiff& r = e.recapture;
+    if (r.control_flow_differs && !r.chosen_tensors.empty()) {
+      // Note [A read chosen at capture] (engine/pass_work.cpp): both tensors are this cause's.
+      ev.insert(ev.begin(), {"cause", "frozen at capture"});
+      ev.push_back({"divergence", r.divergence});
+      if (!r.divergence_source.empty()) ev.push_back({"source", r.divergence_source});
+      ev.push_back({"tensors", fmt::format("{}", fmt::join(r.chosen_tensors, "; "))});
+      ctx.fail(name(), e, "replay vs eager(A)",
+               fmt::format("{} at batch size {} {}: a tensor read frozen at capture: a capture made now reads "
+                           "another tensor ({}{}): the forward picks which tensor to read on the host (a "
+                           "Python flag derived from the weights, an attribute pointed at another buffer), "
+                           "and the graph keeps reading the one the capture read; read one tensor and "
+                           "update it in place (copy_), or recapture after every refit",
+                           summary, e.batch_size, when, r.divergence,
+                           r.divergence_source.empty() ? "" : fmt::format(", at {}", r.divergence_source)),
+               std::move(ev));
+      return;
+    }
     if (r.control_flow_differs) {
       ev.insert(ev.begin(), {"cause", "frozen at capture"});
       ev.push_back({"divergence", r.divergence});
@@ -306,6 +323,8 @@ class ReplayDiffProbe final : public EmptyProbe {
         {"input_scale", fmt::format("{}", v.scale)},
         {"divergence", what}};
     if (!source.empty()) evidence.emplace_back("source", source);
+    const bool read = r.control_flow_differs && !r.chosen_tensors.empty();  // Note [A read chosen at capture]
+    if (read) evidence.emplace_back("tensors", fmt::format("{}", fmt::join(r.chosen_tensors, "; ")));
     evidence.emplace_back("max_abs", fmt::format("{:.6g}", d.max_abs));
     evidence.emplace_back("mismatched_elements", std::to_string(d.mismatches));
     ctx.fail(name(), e, fmt::format("capture at batch size {}", e.batch_size),
@@ -314,9 +333,14 @@ class ReplayDiffProbe final : public EmptyProbe {
                          "decides on the host from its data (item(), .cpu(), .numpy(), a raw data_ptr() read), and the "
                          "graph keeps what the capture decided{}; keep the decision on the device "
                          "(torch::where)",
-                         r.control_flow_differs ? "control flow" : "a host value computed from the inputs",
+                         read                     ? "a tensor read"
+                         : r.control_flow_differs ? "control flow"
+                                                  : "a host value computed from the inputs",
                          e.batch_size, v.seed, v.scale,
-                         r.control_flow_differs ? "takes another path" : "passes another host value", what,
+                         read                     ? "reads another tensor"
+                         : r.control_flow_differs ? "takes another path"
+                                                  : "passes another host value",
+                         what,
                          source.empty() ? "" : fmt::format(", at {}", source),
                          d.mismatches > 0 ? fmt::format(" (replay and eager differ there by max abs {:.6g})", d.max_abs)
                                           : std::string(" (its outputs happen to agree on this input)")),

@@ -218,6 +218,10 @@ std::string phrase(const Finding& p, const std::vector<const Finding*>& all) {
   }
   if (tag == "frozen at capture") {
     const std::string divergence = evidence_of(p, "divergence");
+    // Note [A read chosen at capture] (engine/pass_work.cpp): the tensors are the subject.
+    if (has_evidence(p, "tensors") && !divergence.empty()) {
+      return fmt::format("a tensor read is frozen at capture ({})", divergence);
+    }
     return fmt::format("control flow is frozen at capture ({})",
                        divergence.empty() ? fmt::format("a replay on another input, floating inputs scaled by {}, differs "
                                                         "from eager", evidence_of(p, "input_scale"))

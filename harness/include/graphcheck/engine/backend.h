@@ -96,6 +96,21 @@ struct RecaptureDiff {
   std::string divergence;
   std::string divergence_source;
   std::vector<BakedValue> values;  // host values that differ (same op sequence only)
+  // Tensors made outside the forward that an op reads at another address in the fresh recording
+  // than in the capture (same op sequence only), in op order. Which tensor each address is, the
+  // driver resolves: the same tensor rebound is the address probe's cause; another tensor (or
+  // another part of one) is a choice the capture froze, and the driver makes it the divergence.
+  struct MovedRead {
+    std::size_t op = 0;   // 0-based
+    std::string op_name;  // "aten::mm"
+    int argument = 0;
+    GraphRead at_capture;
+    GraphRead now;
+    std::string source;
+  };
+  std::vector<MovedRead> moved_reads;
+  // Where the divergence is such a read: the tensor read now, then the one read at capture.
+  std::vector<std::string> chosen_tensors;
   [[nodiscard]] bool differs() const { return control_flow_differs || !values.empty(); }
 };
 
