@@ -5,8 +5,10 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "address_index.h"
@@ -410,6 +412,70 @@ TEST_F(EmulatedBackendTest, RecaptureComparesNoBytesOfAnEmptyBufferThatNothingWr
   const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
   EXPECT_TRUE(d.supported) << d.unsupported_reason;
   EXPECT_FALSE(d.differs()) << (d.values.empty() ? d.divergence : d.values.front().op + ": " + d.values.front().at_capture);
+}
+
+// A host-built tensor whose first op may return a view or a copy of it (to(), contiguous()): a copy
+// read its bytes, and they are compared (torch.tensor(self.amax).to(x.dtype) in Python).
+TEST_F(EmulatedBackendTest, RecaptureNamesAHostValueThatAnOpCopiesBeforeUse) {
+  class Converted : public TinyModel {
+   public:
+    double m_scale = 0.5;
+    torch::Tensor forward(const torch::Tensor& x) override {
+      return x * torch::tensor(std::vector<double>{m_scale}).to(torch::kFloat32);
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  model.m_scale = 0.25;
+  const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
+  ASSERT_EQ(d.values.size(), 1U) << d.divergence;
+  EXPECT_EQ(d.values[0].op, "aten::to");
+  EXPECT_EQ(d.values[0].at_capture, "tensor([0.5])");
+  EXPECT_EQ(d.values[0].now, "tensor([0.25])");
+}
+
+// What resize_ adds to an empty() buffer is no host value either.
+TEST_F(EmulatedBackendTest, RecaptureComparesNoBytesResizeAddsToAnEmptyBuffer) {
+  class Grown : public TinyModel {
+   public:
+    int m_dirt = 1;
+    torch::Tensor forward(const torch::Tensor& x) override {
+      {
+        // A block of the size resize_ asks for, written and freed with no op: resize_ most likely
+        // gets it back holding this run's bytes.
+        const c10::DataPtr junk = c10::GetCPUAllocator()->allocate(4096 * sizeof(float));
+        std::memset(junk.get(), m_dirt, 4096 * sizeof(float));
+      }
+      torch::Tensor buffer = torch::empty({0});
+      buffer.resize_({4096});
+      buffer.masked_fill_(torch::arange(4096) < 8, 1.0);
+      return x + buffer.narrow(0, 0, 4).sum();
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  model.m_dirt = 2;
+  const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
+  EXPECT_FALSE(d.differs()) << (d.values.empty() ? d.divergence : d.values.front().op + ": " + d.values.front().at_capture);
+}
+
+// empty's out= overload returns the caller's tensor: a read of the graph at its address, left as
+// it was, not memory of the graph's own.
+TEST_F(EmulatedBackendTest, EmptyIntoAnOutTensorIsNoMemoryOfTheGraphsOwn) {
+  class PoolOut : public TinyModel {
+   public:
+    torch::Tensor m_pool = torch::ones({4});
+    torch::Tensor forward(const torch::Tensor& x) override {
+      at::empty_out(m_pool, {4});
+      return x + m_pool;
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  EXPECT_TRUE(torch::equal(model.m_pool, torch::ones({4})));
+  const auto& reads = graph->reads();
+  EXPECT_TRUE(std::any_of(reads.begin(), reads.end(), [&](const GraphRead& r) { return r.address == model.m_pool.data_ptr(); }));
+  model.m_pool.fill_(3.0);
+  graph->static_inputs().at(0).copy_(m_input);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(graph->static_outputs().at(0), model.forward(m_input)));
 }
 
 // A view made before the forward of memory one of the forward's ops also views (a layer's slice

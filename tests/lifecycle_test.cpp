@@ -780,6 +780,12 @@ TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   };
   EXPECT_EQ(host_built(0.5F), host_built(0.5F));
   EXPECT_NE(host_built(0.5F), host_built(0.25F));
+  // Inside a list of optional tensors too (aten::index's indices: x[:, top] in Python).
+  const auto indexed = [&](std::int64_t i) {
+    return op_log_of([&] { (void)x.index({torch::tensor(std::vector<std::int64_t>{i})}); });
+  };
+  EXPECT_EQ(indexed(1), indexed(1));
+  EXPECT_NE(indexed(1), indexed(2));
   // Only the forward's own calls: linear's inner ops are not logged.
   EXPECT_EQ(op_log_of([&] { (void)torch::linear(x, w); }).ops, 1u);
   EXPECT_EQ(op_log_of([] {}).ops, 0u);

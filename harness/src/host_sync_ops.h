@@ -5,6 +5,7 @@
 // [Recorded forwards]) and the op trail (Note [Where a forward stops repeating]).
 
 #include <cstring>
+#include <string_view>
 
 namespace graphcheck {
 
@@ -26,8 +27,10 @@ inline bool is_host_sync_op(const char* name) {
   return false;
 }
 
-// aten::empty and its kin: what their outputs hold is whatever the allocator hands back.
-inline bool returns_uninitialised(const char* name) {
+// aten::empty and its kin: what their outputs hold is whatever the allocator hands back. Not their
+// out= overloads (empty.out, empty_like.out), which return the caller's tensor.
+inline bool returns_uninitialised(const char* name, std::string_view overload = {}) {
+  if (overload.size() >= 3 && overload.substr(overload.size() - 3) == "out") return false;
   for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                          "aten::new_empty_strided", "aten::empty_permuted"}) {
     if (std::strcmp(name, op) == 0) return true;

@@ -253,7 +253,7 @@ class Recorder {
     }
     RecordedOp& r = m_pending.emplace();
     r.op = std::move(op);
-    r.runs = !returns_uninitialised(fn.name());
+    r.runs = !returns_uninitialised(fn.name(), name.overload_name);
     // A boxed call (the TorchScript interpreter's) passes its whole stack: the op's arguments are
     // its last ones.
     const c10::FunctionSchema& schema = r.op->schema();
@@ -276,9 +276,9 @@ class Recorder {
     m_argument_storages.clear();
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       r.arguments.push_back(argument(inputs[i]));
-      for_each_tensor(inputs[i], [&](const at::Tensor& t) {
+      for_each_tensor_in(inputs[i], [&](const at::Tensor& t) {
         if (t.has_storage()) m_argument_storages.push_back(t.storage().unsafeGetStorageImpl());
-        if (r.runs) note_first_use(t, *r.op, schema.arguments()[i], i);
+        if (r.runs) m_host.meet(*r.op, schema.arguments()[i], i, t);
       });
     }
     try {
@@ -296,6 +296,7 @@ class Recorder {
     } catch (const std::exception& e) {
       limit(fmt::format("recording {} failed: {}", fn.name(), e.what()));
       m_pending.reset();
+      m_host.threw();
       m_skipping = false;
     }
   }
@@ -305,6 +306,7 @@ class Recorder {
       // The op threw (and the forward may catch it): it returned nothing, and replay must not run it.
       m_skipping = false;
       m_pending.reset();
+      m_host.threw();
       return;
     }
     if (m_skipping) {  // what it made from host data is the graph's own memory
@@ -323,6 +325,11 @@ class Recorder {
     for (std::size_t i = outputs.size() - std::min(outputs.size(), returns); i < outputs.size(); ++i) {
       r.returns.push_back(returned(outputs[i], r.runs));
     }
+    // Own memory this op read first: its bytes as the op found them (Recording::host_writes).
+    const std::size_t index = m_out.ops.size();
+    m_host.returned(outputs, [&](const HostMemory::FirstRead& f) {
+      m_out.host_writes.push_back({f.slot, index, f.argument, *f.bytes});
+    });
     m_out.ops.push_back(std::move(r));
   }
 
@@ -366,41 +373,6 @@ class Recorder {
     }
     return {};
   }
-
-  // Own memory the host wrote, as the first op that reads it sees it (Recording::host_writes). An
-  // op that overwrites it first (an out= buffer) makes it the graph's to fill; a view of it, or an
-  // op that changes only its metadata, is no use yet (host_memory_use).
-  void note_first_use(const at::Tensor& t, const c10::OperatorHandle& op, const c10::Argument& argument,
-                      std::size_t i) {
-    if (m_unread.empty() || !t.has_storage()) return;
-    const auto it = m_unread.find(t.storage().unsafeGetStorageImpl());
-    if (it == m_unread.end()) return;
-    const HostMemoryUse use = host_memory_use(op, argument, i);
-    if (use == HostMemoryUse::none) return;
-    const std::int32_t slot = it->second;
-    m_unread.erase(it);
-    if (use == HostMemoryUse::overwrites) return;
-    const c10::Storage& storage = m_out.initial[static_cast<std::size_t>(slot)].storage();
-    const auto* bytes = static_cast<const char*>(storage.data());
-    // The op reading it is the next one recorded (it is pending until it returns).
-    m_out.host_writes.push_back(
-        {slot, m_out.ops.size(), static_cast<int>(i), std::vector<char>(bytes, bytes + storage.nbytes())});
-  }
-
-  template <class Fn>
-  static void for_each_tensor(const c10::IValue& v, const Fn& fn) {
-    if (v.isTensor()) {
-      if (v.toTensor().defined()) fn(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) {
-        if (t.defined()) fn(t);
-      }
-    } else if (v.isList() || v.isTuple()) {
-      for (const c10::IValue& e : v.isList() ? v.toListRef() : v.toTupleRef().elements()) for_each_tensor(e, fn);
-    }
-  }
-
-
 
   void remember(const at::Tensor& t, std::int32_t slot) {
     m_index.insert_or_assign(t.unsafeGetTensorImpl(),
@@ -542,15 +514,9 @@ class Recorder {
         keep_layout(t, tree.slot);
         if (t.has_storage()) {
           m_own_storages.insert(t.storage().unsafeGetStorageImpl());
-          // Written by the host, or by nothing yet: what the first op to read it sees.
-          // What an empty-family op returns holds no value of the forward's (in eager, whatever the
-          // allocator hands back): filled with kUnwritten, so that two recordings of a forward
-          // hold the same bytes there unless the host wrote other ones (Note [Recapture signature]).
-          const c10::Storage& storage = t.storage();
-          if (!host_code && storage.nbytes() > 0 && t.device().is_cpu()) {
-            std::memset(storage.mutable_data(), kUnwritten, storage.nbytes());
-          }
-          m_unread.try_emplace(storage.unsafeGetStorageImpl(), tree.slot);
+          // Written by the host, or by nothing yet (filled: HostMemory): what the first op to
+          // read it sees.
+          m_host.made(t, tree.slot, host_code);
         }
       } else if (t.has_storage()) {
         made(t, tree.slot);
@@ -579,9 +545,7 @@ class Recorder {
   Recording& m_out;
   std::unordered_map<const c10::TensorImpl*, Known> m_index;
   std::unordered_set<const c10::StorageImpl*> m_own_storages;  // held by `initial`: not reused
-  // Own memory no running op has used yet: the own value first made over it.
-  std::unordered_map<const c10::StorageImpl*, std::int32_t> m_unread;
-  static constexpr int kUnwritten = 0xA5;  // an empty-family op's memory, as recorded
+  HostMemory m_host;  // own memory no running op has read yet
   struct Made {
     c10::weak_intrusive_ptr<c10::StorageImpl> keep;  // the storage's address is not reused meanwhile
     std::vector<std::pair<c10::ScalarType, std::int32_t>> bases;  // the first value over it, per dtype
@@ -858,9 +822,10 @@ RecaptureDiff compare_recordings(const Recording& captured, const Recording& now
   }
   c10::IValue scratch_a;
   c10::IValue scratch_b;
-  // The same op sequence made the same own memory: the host writes pair in order.
-  std::size_t write = 0;
-  const std::size_t writes = std::min(captured.host_writes.size(), now.host_writes.size());
+  // Host writes pair by the op and argument that read them (both lists are in that order); one
+  // only a recording has (memory made by host code in one, a constant in the other) is left out.
+  std::size_t write_a = 0;
+  std::size_t write_b = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const RecordedOp& op_a = captured.ops[i];
     const RecordedOp& op_b = now.ops[i];
@@ -881,9 +846,13 @@ RecaptureDiff compare_recordings(const Recording& captured, const Recording& now
     for (std::size_t j = 0; j < op_a.arguments.size() && j < op_b.arguments.size(); ++j) {
       moved_reads(captured, now, i, op_a.arguments[j], op_b.arguments[j], static_cast<int>(j), d);
     }
-    for (; write < writes && captured.host_writes[write].op == i; ++write) {
-      const Recording::HostWrite& x = captured.host_writes[write];
-      const Recording::HostWrite& y = now.host_writes[write];
+    const auto key = [](const Recording::HostWrite& w) { return std::make_pair(w.op, w.argument); };
+    while (write_a < captured.host_writes.size() && captured.host_writes[write_a].op == i) {
+      const Recording::HostWrite& x = captured.host_writes[write_a];
+      while (write_b < now.host_writes.size() && key(now.host_writes[write_b]) < key(x)) ++write_b;
+      ++write_a;
+      if (write_b == now.host_writes.size() || key(now.host_writes[write_b]) != key(x)) continue;
+      const Recording::HostWrite& y = now.host_writes[write_b++];
       if (x.bytes == y.bytes) continue;
       const at::Tensor& made = captured.initial[static_cast<std::size_t>(x.slot)];
       const auto layout = captured.own_layouts.find(x.slot);

@@ -24,15 +24,15 @@ namespace {
 struct OpLogState {
   OpLogDigest* out = nullptr;
   int depth = 0;  // ops entered and not left: only depth 0 is the forward's own call
-  // The top-level op now running is code that writes host data into a tensor (torch.tensor(...):
-  // the tracer's key excluded), and the storages such code made that no op has read yet: their
-  // bytes are logged at their first read, as a recording keeps them (Recording::host_writes).
-  // Memory an empty-family op returned is logged whether or not the host wrote it: a recording
-  // fills it with one pattern as it is made, so that only bytes the host wrote differ between two
-  // recordings; the allocator's bytes the log keeps besides can only make it differ, which costs a
-  // recording, never a finding. Weak references keep each address from being reused while listed.
+  // The top-level op now running: code that builds a tensor from host data (the tracer's key
+  // excluded: torch.tensor(...)), an empty-family op, and the exceptions in flight as it began.
   bool host_code = false;
-  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> host_built;
+  bool uninitialised = false;
+  int unwinding = 0;
+  // Memory the host may write, until an op reads it first: the log keeps its bytes then, as a
+  // recording keeps them (Recording::host_writes). An empty-family op's memory is filled as a
+  // recording fills it, so that bytes nobody wrote do not make two logs differ.
+  HostMemory host;
 };
 thread_local OpLogState t_log;
 
@@ -147,40 +147,12 @@ void fold(OpLogState& s, const Hasher& h) { s.out->hash = (s.out->hash ^ h.get()
 // them (Note [Recorded forwards]).
 bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
 
-// The bytes the host wrote into memory an op now reads for the first time, as a recording keeps
-// them (host_memory_use; Recording::host_writes).
-void read_host_built(OpLogState& s, Hasher& h, const at::RecordFunction& fn) {
-  const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(*fn.operator_name());
-  if (!op) return;
-  const std::vector<c10::Argument>& arguments = op->schema().arguments();
-  auto inputs = fn.inputs();
-  if (inputs.size() < arguments.size()) return;  // the recording stops at such a call
-  inputs = inputs.slice(inputs.size() - arguments.size());  // a boxed call passes its whole stack
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto meet = [&](const at::Tensor& t) {
-      if (!t.defined() || !t.has_storage()) return;
-      const auto it = s.host_built.find(t.storage().unsafeGetStorageImpl());
-      if (it == s.host_built.end()) return;
-      const HostMemoryUse use = host_memory_use(*op, arguments[i], i);
-      if (use == HostMemoryUse::none) return;
-      s.host_built.erase(it);
-      if (use == HostMemoryUse::overwrites) return;
-      h.tag('h');
-      h.value(static_cast<std::uint64_t>(i));
-      h.bytes(t.storage().data(), t.storage().nbytes());
-    };
-    if (inputs[i].isTensor()) meet(inputs[i].toTensor());
-    if (inputs[i].isTensorList()) {
-      for (const at::Tensor& t : inputs[i].toTensorList().vec()) meet(t);
-    }
-  }
-}
-
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   OpLogState& s = t_log;
   if (s.out == nullptr || !is_op(fn)) return nullptr;
   const char* name = fn.name();
-  if (s.depth++ > 0) {
+  if (s.depth > 0) {
+    ++s.depth;
     // A host sync inside an op: the recording's host-sync check would see it (another path).
     if (is_host_sync_op(name)) {
       Hasher h;
@@ -190,38 +162,71 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
     return nullptr;
   }
+  const bool host_code = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer);
+  std::optional<c10::OperatorHandle> op;
+  if (!host_code) {
+    // An op of the TorchScript interpreter's own, not the dispatcher's, is transparent, as it is
+    // to a recording: the ops inside it are the forward's calls.
+    op = c10::Dispatcher::singleton().findOp(*fn.operator_name());
+    if (!op) return nullptr;
+  }
+  ++s.depth;
   Hasher h;
   h.bytes(name, std::strlen(name));
   h.tag('|');
   for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
-  // Code that builds a tensor from host data (the tracer's key excluded: torch.tensor(...)), and
-  // the empty-family ops, return memory the host may write: the graph's own (Note [Recorded
-  // forwards]).
-  s.host_code = c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Tracer) || returns_uninitialised(name);
-  if (!s.host_code && !s.host_built.empty()) read_host_built(s, h, fn);
   s.out->ops += 1;
   fold(s, h);
+  s.host_code = host_code;
+  s.uninitialised = !host_code && returns_uninitialised(name, fn.operator_name()->overload_name);
+  s.unwinding = std::uncaught_exceptions();
+  if (op && !s.uninitialised && !s.host.empty()) {
+    const std::vector<c10::Argument>& arguments = op->schema().arguments();
+    auto inputs = fn.inputs();
+    if (inputs.size() >= arguments.size()) {
+      inputs = inputs.slice(inputs.size() - arguments.size());  // a boxed call passes its whole stack
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        for_each_tensor_in(inputs[i], [&](const at::Tensor& t) { s.host.meet(*op, arguments[i], i, t); });
+      }
+    }
+  }
   return nullptr;
 }
 
 void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   OpLogState& s = t_log;
   if (s.out == nullptr || s.depth == 0 || !is_op(fn)) return;
-  if (--s.depth > 0 || !s.host_code) return;
-  s.host_code = false;
-  for (const c10::IValue& v : fn.outputs()) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().has_storage()) {
-      const c10::Storage& storage = v.toTensor().storage();
-      s.host_built.try_emplace(storage.unsafeGetStorageImpl(), storage.getWeakStorageImpl());
-    }
+  if (--s.depth > 0) return;
+  const bool made = s.host_code || s.uninitialised;
+  const bool host_code = s.host_code;
+  s.host_code = s.uninitialised = false;
+  if (std::uncaught_exceptions() > s.unwinding) {
+    s.host.threw();  // it returned nothing, and read nothing a recording keeps
+    return;
   }
+  if (made) {
+    for (const c10::IValue& v : fn.outputs()) {
+      for_each_tensor_in(v, [&](const at::Tensor& t) { s.host.made(t, -1, host_code); });
+    }
+    return;
+  }
+  Hasher h;
+  bool read = false;
+  s.host.returned(fn.outputs(), [&](const HostMemory::FirstRead& f) {
+    h.tag('h');
+    h.value(static_cast<std::uint64_t>(f.argument));
+    h.value(fingerprint_bytes(f.bytes->data(), f.bytes->size()));
+    read = true;
+  });
+  if (read) fold(s, h);
 }
 
 }  // namespace
 
 OpLogScope::OpLogScope(OpLogDigest& out) {
   TORCH_CHECK(t_log.out == nullptr, "graphcheck: op logs do not nest");
-  t_log = {&out, 0, false, {}};
+  t_log = {};
+  t_log.out = &out;
   m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
                                             .needsInputs(true)
                                             .needsOutputs(true)
@@ -253,7 +258,7 @@ std::unique_ptr<at::ObserverContext> on_trail_enter(const at::RecordFunction& fn
   if (s.depth == 0) {
     OpTrail::Op& op = s.out->ops.emplace_back();
     op.name = fn.name();
-    op.compared = !returns_uninitialised(op.name.c_str());
+    op.compared = !returns_uninitialised(op.name.c_str(), fn.operator_name()->overload_name);
     try {
       op.where = python_source_now();
     } catch (...) {

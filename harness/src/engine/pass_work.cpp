@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 #include <utility>
 
 #include "address_index.h"
@@ -144,31 +146,44 @@ RecaptureDiff PassRun::recapture(std::size_t index, const TensorList& inputs) {
 // Note [A read chosen at capture]: the fresh recording runs the capture's ops with the same host
 // values, but an op reads a tensor made outside the forward at another address. Which tensor was
 // there at capture is the graph's read, resolved then; which is there now, the live tensors say.
-// The same tensor at another address was rebound since the capture (a refit that replaced it): the
-// address probe's cause, not this one. Another tensor, or another part of one, is a choice the
-// forward made on the host (a weight picked by a Python flag that PWAL derived from the weights;
-// a plain attribute rebound to another buffer) that the graph froze: the first such read is the
+// Where the capture's tensor is no longer at its capture address, it was rebound since (a refit
+// that replaced it, a tie broken): the address probe's cause, not this one. Where it still is, and
+// the op now reads another tensor, or another part of the same one, the forward picked what to
+// read on the host (a weight picked by a Python flag PWAL derived from the weights, a plain
+// attribute pointed at another buffer) and the graph froze the pick: the first such read is the
 // divergence. A read either side cannot name says nothing.
 void PassRun::chosen_read(const GraphView& view, RecaptureDiff& d) {
+  std::unordered_map<const void*, std::vector<const ResolvedRead*>> at_capture;
+  for (const ResolvedRead& r : view.reads) at_capture[r.read.address].push_back(&r);
   const AddressIndex now(live_tensors());
-  const auto name = [](const std::string& tensor, std::int64_t offset, bool whole) {
-    return whole || offset == 0 ? fmt::format("'{}'", tensor) : fmt::format("'{}' at byte {}", tensor, offset);
+  const auto text = [](const ResolvedRead& r) {
+    return r.whole ? fmt::format("'{}'", r.name)
+                   : fmt::format("'{}' bytes {}-{}", r.name, r.offset, r.offset + static_cast<std::int64_t>(r.read.bytes) - 1);
   };
   for (const RecaptureDiff::MovedRead& m : d.moved_reads) {
-    const auto at_capture = std::find_if(view.reads.begin(), view.reads.end(), [&](const ResolvedRead& r) {
-      return r.read.address == m.at_capture.address && r.read.bytes == m.at_capture.bytes;
-    });
-    if (at_capture == view.reads.end() || at_capture->name.empty()) continue;
-    ResolvedRead then_read = *at_capture;
+    const auto reads = at_capture.find(m.at_capture.address);
+    if (reads == at_capture.end()) continue;
+    const auto then_it = std::find_if(reads->second.begin(), reads->second.end(),
+                                      [&](const ResolvedRead* r) { return r->read.bytes == m.at_capture.bytes; });
+    if (then_it == reads->second.end() || (*then_it)->name.empty()) continue;
+    const ResolvedRead& then_read = **then_it;
+    ResolvedRead still;
+    if (!now.resolve_into(m.at_capture.address, m.at_capture.bytes, still) || still.name != then_read.name ||
+        still.offset != then_read.offset) {
+      continue;  // rebound since the capture: the address probe's
+    }
     ResolvedRead now_read;
+    now_read.read = m.now;
     if (!now.resolve_into(m.now.address, m.now.bytes, now_read) || now_read.name.empty()) continue;
-    if (now_read.name == then_read.name && now_read.offset == then_read.offset) continue;  // rebound
+    if (now_read.name == then_read.name && now_read.offset == then_read.offset && now_read.read.bytes == then_read.read.bytes) {
+      continue;
+    }
     d.control_flow_differs = true;
     d.divergence = fmt::format("op {} of the forward: {} argument {} reads {} now, {} at capture", m.op + 1, m.op_name,
-                               m.argument, name(now_read.name, now_read.offset, now_read.whole),
-                               name(then_read.name, then_read.offset, then_read.whole));
+                               m.argument, text(now_read), text(then_read));
     d.divergence_source = m.source;
-    d.chosen_tensors = {now_read.name, then_read.name};
+    d.chosen_tensors = {now_read.name};
+    if (then_read.name != now_read.name) d.chosen_tensors.push_back(then_read.name);
     return;
   }
 }

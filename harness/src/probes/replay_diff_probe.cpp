@@ -331,8 +331,7 @@ class ReplayDiffProbe final : public EmptyProbe {
              fmt::format("{} frozen at capture: a fresh recording of the forward at batch size {} on another "
                          "input (make_inputs seed {}, floating inputs scaled by {}) {}: {}{}; the forward "
                          "decides on the host from its data (item(), .cpu(), .numpy(), a raw data_ptr() read), and the "
-                         "graph keeps what the capture decided{}; keep the decision on the device "
-                         "(torch::where)",
+                         "graph keeps what the capture decided{}; {}",
                          read                     ? "a tensor read"
                          : r.control_flow_differs ? "control flow"
                                                   : "a host value computed from the inputs",
@@ -343,7 +342,10 @@ class ReplayDiffProbe final : public EmptyProbe {
                          what,
                          source.empty() ? "" : fmt::format(", at {}", source),
                          d.mismatches > 0 ? fmt::format(" (replay and eager differ there by max abs {:.6g})", d.max_abs)
-                                          : std::string(" (its outputs happen to agree on this input)")),
+                                          : std::string(" (its outputs happen to agree on this input)"),
+                         read ? "pick on the device (torch::where over both tensors, or index a stacked tensor "
+                                "with a device index)"
+                              : "keep the decision on the device (torch::where)"),
              std::move(evidence));
   }
 
