@@ -63,11 +63,16 @@ run_bench harness_bench -BM_RecordedLoad "$out/bench/harness.json" --benchmark_r
 # 100,000 tensors 268 -> 665 ns, its linearity above the names floor 3.7x -> 11.5x).
 run_bench harness_bench BM_RecordedLoad "$out/bench/recorded-load.json" --benchmark_repetitions="$reps" \
   --benchmark_enable_random_interleaving=true --benchmark_min_time=0.2
-run_bench lifecycle_bench 'BM_Lifecycle/' "$out/bench/lifecycle.json"
+# lifecycle_bench runs its scenarios in its own process; graphcheck runs each in a child whose heap
+# asks for huge pages (Note [Huge pages for the scenario's heap], harness/src/session/runner.cpp):
+# the same environment here, for the eager work and the harness alike.
+scenario_tunables=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1
+[[ ${GLIBC_TUNABLES:-} == *glibc.malloc.hugetlb* ]] && scenario_tunables=$GLIBC_TUNABLES
+GLIBC_TUNABLES=$scenario_tunables run_bench lifecycle_bench 'BM_Lifecycle/' "$out/bench/lifecycle.json"
 # Peak RSS only grows: one process per model.
 rss_models=$("$build/bench/lifecycle_bench" --benchmark_list_tests | sed -n 's|^BM_PeakRss/\([^/]*\)/.*|\1|p')
 for m in $rss_models; do
-  run_bench lifecycle_bench "^BM_PeakRss/$m/" "$out/bench/rss-$m.json"
+  GLIBC_TUNABLES=$scenario_tunables run_bench lifecycle_bench "^BM_PeakRss/$m/" "$out/bench/rss-$m.json"
 done
 
 # The suite and the kill matrix, with the thread cap (--threads 1, the default) and without it

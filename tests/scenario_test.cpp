@@ -29,6 +29,7 @@
 #include "graphcheck/engine/driver.h"
 #include "graphcheck_test_config.h"
 #include "temp_dir_test.h"
+#include "session/runner.h"
 
 namespace graphcheck {
 namespace {
@@ -1428,6 +1429,23 @@ TEST(PathPatterns, PathologicalPatternsMatchInLinearTime) {
   EXPECT_TRUE(path_matches(pattern, path + "b"));
   EXPECT_TRUE(path_matches(std::string(1000, '*'), path));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Note [Huge pages for the scenario's heap]: glibc's heap asks for huge pages in a scenario's
+// process, unless the user's own tunables say otherwise; the rest of the environment is kept.
+TEST(ScenarioEnvironment, TheHeapAsksForHugePagesUnlessTheUserSaysOtherwise) {
+  const auto of = [](std::vector<const char*> env) {
+    env.push_back(nullptr);
+    return session::scenario_environment(env.data());
+  };
+  EXPECT_EQ(of({"PATH=/bin", "HOME=/root"}),
+            (std::vector<std::string>{"PATH=/bin", "HOME=/root", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}));
+  EXPECT_EQ(of({"GLIBC_TUNABLES=glibc.malloc.check=3"}),
+            (std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.check=3:glibc.malloc.hugetlb=1"}));
+  EXPECT_EQ(of({"GLIBC_TUNABLES="}), (std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}));
+  EXPECT_EQ(of({"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}),
+            (std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}));
+  EXPECT_EQ(session::scenario_environment(nullptr), (std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}));
 }
 
 }  // namespace

@@ -55,4 +55,8 @@ std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOpti
 // "SIGSEGV (Segmentation fault)".
 std::string signal_name(int signal);
 
+// The environment a scenario's process runs with: `environment` (environ), with glibc's heap asking
+// for transparent huge pages unless it says otherwise (Note [Huge pages for the scenario's heap]).
+std::vector<std::string> scenario_environment(const char* const* environment);
+
 }  // namespace graphcheck::session
