@@ -433,6 +433,34 @@ TEST_F(EmulatedBackendTest, RecaptureNamesAHostValueThatAnOpCopiesBeforeUse) {
   EXPECT_EQ(d.values[0].now, "tensor([0.25])");
 }
 
+// An op that overwrites part of a host-built tensor (copy_ into a view of it) leaves the rest as
+// the host wrote it: still compared.
+TEST_F(EmulatedBackendTest, RecaptureNamesHostValuesAnOpOverwritesOnlyPartOf) {
+  class PartOverwritten : public TinyModel {
+   public:
+    float m_b = 0.5F;
+    torch::Tensor forward(const torch::Tensor& x) override {
+      torch::Tensor t = torch::tensor(std::vector<float>{0.0F, m_b, 2.0F});
+      t.narrow(0, 0, 1).copy_(x.sum().reshape({1}));
+      return x * t.narrow(0, 1, 1);
+    }
+  } model;
+  auto graph = m_backend->capture(model, {m_input}, m_input.size(0));
+  EXPECT_FALSE(m_backend->recapture_diff(*graph, model, {m_input}).differs());
+  model.m_b = 0.25F;
+  const RecaptureDiff d = m_backend->recapture_diff(*graph, model, {m_input});
+  ASSERT_EQ(d.values.size(), 1U) << d.divergence;
+  EXPECT_EQ(d.values[0].op, "aten::copy_");
+  EXPECT_EQ(d.values[0].at_capture, "tensor([0, 0.5, 2])");
+  EXPECT_EQ(d.values[0].now, "tensor([0, 0.25, 2])");
+  for (int i = 0; i < 2; ++i) {  // and replay starts from the capture's bytes
+    graph->static_inputs().at(0).copy_(m_input);
+    graph->replay();
+  }
+  model.m_b = 0.5F;
+  EXPECT_TRUE(torch::allclose(graph->static_outputs().at(0), model.forward(m_input)));
+}
+
 // What resize_ adds to an empty() buffer is no host value either.
 TEST_F(EmulatedBackendTest, RecaptureComparesNoBytesResizeAddsToAnEmptyBuffer) {
   class Grown : public TinyModel {

@@ -688,10 +688,10 @@ TEST(DummyLoadMutations, ValueAfterFloatCheckSkipsIntegerConstants) {
 }
 
 template <class Fn>
-engine::OpLogDigest op_log_of(Fn&& forward) {
+engine::OpLogDigest op_log_of(Fn&& forward, const std::vector<torch::Tensor>& inputs = {}) {
   engine::OpLogDigest d;
   {
-    engine::OpLogScope scope(d);
+    engine::OpLogScope scope(d, inputs);
     forward();
   }
   return d;
@@ -754,12 +754,18 @@ TEST(EagerOpLog, TheSameCallsGiveTheSameDigestAnotherHostValueOrOrderAnother) {
   const torch::Tensor x = torch::randn({4, 4});
   const torch::Tensor w = torch::randn({4, 4});
   const auto half = [&] { (void)(x * 0.5).add(1); };
-  const engine::OpLogDigest a = op_log_of(half);
+  const engine::OpLogDigest a = op_log_of(half, {x});
   EXPECT_EQ(a.ops, 2u);
-  EXPECT_EQ(a, op_log_of(half));
+  EXPECT_EQ(a, op_log_of(half, {x}));
   // Other inputs of the same shapes and dtypes: the same digest (tensors are not host values).
   const torch::Tensor y = torch::randn({4, 4});
-  EXPECT_EQ(a, op_log_of([&] { (void)(y * 0.5).add(1); }));
+  EXPECT_EQ(a, op_log_of([&] { (void)(y * 0.5).add(1); }, {y}));
+  // A tensor made outside the forward (a weight) by which one it is (Note [A read chosen at
+  // capture]): another weight read by the same ops is another log, a view of it is still it.
+  EXPECT_EQ(op_log_of([&] { (void)x.mul(w); }, {x}), op_log_of([&] { (void)x.mul(w); }, {x}));
+  EXPECT_NE(op_log_of([&] { (void)x.mul(w); }, {x}), op_log_of([&] { (void)x.mul(y); }, {x}));
+  EXPECT_EQ(op_log_of([&] { (void)x.mul(w.t()).add(w); }, {x}), op_log_of([&] { (void)x.mul(w.t()).add(w); }, {x}));
+  EXPECT_NE(op_log_of([&] { (void)x.mul(w.t()).add(w); }, {x}), op_log_of([&] { (void)x.mul(w.t()).add(y); }, {x}));
   EXPECT_NE(a, op_log_of([&] { (void)(x * 0.25).add(1); }));                    // a scalar
   EXPECT_NE(a, op_log_of([&] { (void)(x * 0.5).add(2); }));                     // another
   EXPECT_NE(a, op_log_of([&] { (void)x.add(1).mul(0.5); }));                    // the order

@@ -95,21 +95,36 @@ class HostMemory {
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     const auto it = m_unread.find(impl);
     if (it == m_unread.end()) return;
-    for (const Met& m : m_met) {
-      if (m.impl == impl) return;  // the first argument over it decides
+    HostMemoryUse use = host_memory_use(op, argument, i);
+    // An overwrite of part of it (a view's copy_, out= a slice) leaves the rest as the host wrote it.
+    const c10::Storage& storage = t.storage();
+    if (use == HostMemoryUse::overwrites &&
+        !(t.storage_offset() == 0 && t.is_contiguous() && t.nbytes() == storage.nbytes())) {
+      use = HostMemoryUse::reads;
     }
-    const HostMemoryUse use = host_memory_use(op, argument, i);
-    Met& m = m_met.emplace_back(Met{impl, t.storage(), it->second.slot, static_cast<int>(i), use, t.storage().nbytes(), {}});
-    if (use == HostMemoryUse::reads && m.storage.device().is_cpu()) {
-      const auto* bytes = static_cast<const char*>(m.storage.data());  // before the op writes them (add_)
-      m.at_entry.assign(bytes, bytes + m.bytes);
+    // Several arguments over it (t[:2].copy_(t[2:])): a read among them is a read.
+    Met* m = nullptr;
+    for (Met& met : m_met) {
+      if (met.impl == impl) m = &met;
+    }
+    if (m != nullptr) {
+      if (rank(use) <= rank(m->use)) return;
+      m->use = use;
+      m->argument = static_cast<int>(i);
+    } else {
+      m = &m_met.emplace_back(Met{impl, storage, it->second.slot, static_cast<int>(i), use, storage.nbytes(), {}});
+    }
+    if (use == HostMemoryUse::reads && m->storage.device().is_cpu()) {
+      const auto* bytes = static_cast<const char*>(m->storage.data());  // before the op writes them (add_)
+      m->at_entry.assign(bytes, bytes + m->storage.nbytes());
     }
   }
 
-  // The op now entered returned `outputs`: `fn(FirstRead)` for each memory it read first, in the
-  // order met; none of it is followed any more, nor what it overwrote.
+  // The op now entered returned `outputs` (its results only: a boxed call's stack holds more):
+  // `fn(FirstRead)` for each memory it read first, in the order met; none of it is followed any
+  // more, nor what it overwrote.
   template <class Fn>
-  void returned(const std::vector<c10::IValue>& outputs, const Fn& fn) {
+  void returned(c10::ArrayRef<c10::IValue> outputs, const Fn& fn) {
     for (Met& m : m_met) {
       if (m.use == HostMemoryUse::none) {
         // resize_ on it: the bytes it added are no value either.
@@ -149,7 +164,17 @@ class HostMemory {
     std::vector<char> at_entry;  // a read's bytes as the op found them
   };
 
-  static bool returns_over(const std::vector<c10::IValue>& outputs, const c10::StorageImpl* impl) {
+  static int rank(HostMemoryUse use) {
+    switch (use) {
+      case HostMemoryUse::none: return 0;
+      case HostMemoryUse::maybe: return 1;
+      case HostMemoryUse::overwrites: return 2;
+      case HostMemoryUse::reads: return 3;
+    }
+    return 0;
+  }
+
+  static bool returns_over(c10::ArrayRef<c10::IValue> outputs, const c10::StorageImpl* impl) {
     bool over = false;
     for (const c10::IValue& v : outputs) {
       for_each_tensor_in(v, [&](const at::Tensor& t) {

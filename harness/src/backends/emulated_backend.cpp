@@ -239,6 +239,7 @@ class Recorder {
     } catch (const std::exception& e) {
       limit(fmt::format("recording {} failed: {}", fn.name(), e.what()));
       m_pending.reset();
+      m_host.threw();
     }
   }
 
@@ -327,7 +328,9 @@ class Recorder {
     }
     // Own memory this op read first: its bytes as the op found them (Recording::host_writes).
     const std::size_t index = m_out.ops.size();
-    m_host.returned(outputs, [&](const HostMemory::FirstRead& f) {
+    const c10::ArrayRef<c10::IValue> results =
+        c10::ArrayRef<c10::IValue>(outputs).slice(outputs.size() - std::min(outputs.size(), returns));
+    m_host.returned(results, [&](const HostMemory::FirstRead& f) {
       m_out.host_writes.push_back({f.slot, index, f.argument, *f.bytes});
     });
     m_out.ops.push_back(std::move(r));

@@ -33,7 +33,19 @@ struct OpLogState {
   // recording keeps them (Recording::host_writes). An empty-family op's memory is filled as a
   // recording fills it, so that bytes nobody wrote do not make two logs differ.
   HostMemory host;
+  // Which tensor an op reads, as a recording tells its values apart (Note [A read chosen at
+  // capture]): the forward's inputs by position, memory its ops returned by nothing more than the
+  // ops (a tensor over it made with no op, as torch::tensor's and .data's are, included), and any
+  // other tensor (one made outside the forward: a weight) by its address and size. By storage;
+  // weak references keep each address from being reused while listed.
+  std::unordered_map<const c10::StorageImpl*, std::size_t> inputs;
+  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> made;
+  // The top-level op's arguments' storages, taken as it is entered (its inputs are gone at exit),
+  // and how many results it has (a boxed call's outputs are the interpreter's whole stack).
+  std::vector<const c10::StorageImpl*> arguments;
+  std::size_t returns = 0;
 };
+
 thread_local OpLogState t_log;
 
 // FNV-1a over the bytes fed, one op at a time, folded into the running digest.
@@ -147,6 +159,21 @@ void fold(OpLogState& s, const Hasher& h) { s.out->hash = (s.out->hash ^ h.get()
 // them (Note [Recorded forwards]).
 bool is_op(const at::RecordFunction& fn) { return fn.operator_name().has_value(); }
 
+// A tensor argument of a top-level op: which one it is (OpLogState::made).
+void feed_identity(OpLogState& s, Hasher& h, const at::Tensor& t) {
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return;  // its value is fed already
+  if (!t.has_storage()) return;
+  const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (const auto in = s.inputs.find(storage); in != s.inputs.end()) {
+    h.tag('<');
+    h.value(static_cast<std::uint64_t>(in->second));
+    return;
+  }
+  if (s.made.count(storage)) return;
+  h.tag('k');
+  h.value(reinterpret_cast<std::uintptr_t>(t.data_ptr()));
+  h.value(static_cast<std::uint64_t>(t.nbytes()));
+}
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   OpLogState& s = t_log;
   if (s.out == nullptr || !is_op(fn)) return nullptr;
@@ -175,9 +202,17 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   h.bytes(name, std::strlen(name));
   h.tag('|');
   for (const c10::IValue& input : fn.inputs()) feed(h, input, 0);
+  s.arguments.clear();
+  for (const c10::IValue& input : fn.inputs()) {
+    for_each_tensor_in(input, [&](const at::Tensor& t) {
+      if (!host_code) feed_identity(s, h, t);
+      if (t.has_storage()) s.arguments.push_back(t.storage().unsafeGetStorageImpl());
+    });
+  }
   s.out->ops += 1;
   fold(s, h);
   s.host_code = host_code;
+  s.returns = op ? op->schema().returns().size() : fn.outputs().size();
   s.uninitialised = !host_code && returns_uninitialised(name, fn.operator_name()->overload_name);
   s.unwinding = std::uncaught_exceptions();
   if (op && !s.uninitialised && !s.host.empty()) {
@@ -204,15 +239,28 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
     s.host.threw();  // it returned nothing, and read nothing a recording keeps
     return;
   }
+  // Memory an op returned is the forward's own only where it is none of its arguments' (a view of
+  // a weight, weight.t(), is still the weight), as a recording tells them apart.
+  const std::vector<const c10::StorageImpl*>& arguments = s.arguments;
+  c10::ArrayRef<c10::IValue> outputs(fn.outputs());
+  if (!host_code && outputs.size() > s.returns) outputs = outputs.slice(outputs.size() - s.returns);
+  for (const c10::IValue& v : outputs) {
+    for_each_tensor_in(v, [&](const at::Tensor& t) {
+      if (!t.has_storage()) return;
+      const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+      if (std::find(arguments.begin(), arguments.end(), storage) != arguments.end()) return;
+      s.made.try_emplace(storage, t.storage().getWeakStorageImpl());
+    });
+  }
   if (made) {
-    for (const c10::IValue& v : fn.outputs()) {
+    for (const c10::IValue& v : outputs) {
       for_each_tensor_in(v, [&](const at::Tensor& t) { s.host.made(t, -1, host_code); });
     }
     return;
   }
   Hasher h;
   bool read = false;
-  s.host.returned(fn.outputs(), [&](const HostMemory::FirstRead& f) {
+  s.host.returned(outputs, [&](const HostMemory::FirstRead& f) {
     h.tag('h');
     h.value(static_cast<std::uint64_t>(f.argument));
     h.value(fingerprint_bytes(f.bytes->data(), f.bytes->size()));
@@ -223,10 +271,17 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
 
 }  // namespace
 
-OpLogScope::OpLogScope(OpLogDigest& out) {
+OpLogScope::OpLogScope(OpLogDigest& out) : OpLogScope(out, {}) {}
+
+OpLogScope::OpLogScope(OpLogDigest& out, const std::vector<at::Tensor>& inputs) {
   TORCH_CHECK(t_log.out == nullptr, "graphcheck: op logs do not nest");
   t_log = {};
   t_log.out = &out;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined() && inputs[i].has_storage()) {
+      t_log.inputs.try_emplace(inputs[i].storage().unsafeGetStorageImpl(), i);
+    }
+  }
   m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_enter, &on_exit)
                                             .needsInputs(true)
                                             .needsOutputs(true)

@@ -7,7 +7,14 @@
 // so first: an op log records, on this thread, each op the forward calls at the top level (not the
 // ops inside them) with every input that is not a tensor (numbers, lists, strings, devices,
 // dtypes) and the value of every Python scalar the call wrapped as a tensor: what a recording
-// keeps of a call, with the tensors' dtypes.
+// keeps of a call, with the tensors' dtypes. Of each tensor it also keeps which one it is: the
+// forward's input by position, memory the forward's ops returned not at all, any other tensor (a
+// weight) by its address and size (a recording compares those too: Note [A read chosen at
+// capture]); and the bytes the host wrote into memory the forward made, at their first read
+// (host_memory_use.h). A logged run fills what its empty-family ops return, as a recording does:
+// bytes no value of the forward's, so a forward that reads memory it never wrote computes from
+// the fill there; that forward is the noise measurement's finding (two unlogged eager runs that
+// differ, Note [Nondeterministic forward]), not the log's to decide.
 // Regions that are no op (an autograd Function's apply) are transparent, and a host sync inside
 // an op (which the recording's host-sync check would meet) is logged too.
 // When the log of the fresh input equals the log of the capture's own input, run eagerly in the
@@ -31,6 +38,10 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace graphcheck::engine {
 
 // A digest of the top-level ops and their host values, in order.
@@ -44,6 +55,8 @@ struct OpLogDigest {
 class OpLogScope {
  public:
   explicit OpLogScope(OpLogDigest& out);
+  // `inputs`: the forward's, logged by position, not by address.
+  OpLogScope(OpLogDigest& out, const std::vector<at::Tensor>& inputs);
   ~OpLogScope();
   OpLogScope(const OpLogScope&) = delete;
   OpLogScope& operator=(const OpLogScope&) = delete;

@@ -47,7 +47,7 @@ TensorList PassRun::eager(const TensorList& inputs, OpLogDigest* log) {
   TensorList out = call_model(m_phase, "forward()", [&] {
     torch::NoGradGuard no_grad;
     std::optional<OpLogScope> logging;
-    if (log != nullptr) logging.emplace(*log);
+    if (log != nullptr) logging.emplace(*log, inputs);
     return m_model->forward_all(inputs);
   });
   for (auto& t : out) {

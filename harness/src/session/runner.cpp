@@ -180,7 +180,8 @@ bool drain(Child& c, const RunnerEvents& events, bool forward) {
 }
 
 
-Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
+Child launch(const Job& job, std::size_t index, const RunnerOptions& options,
+             const std::vector<std::string>& scenario_env) {
   std::error_code ec;
   fs::create_directories(fs::path(job.log_path).parent_path(), ec);
   fs::create_directories(fs::path(job.record_path).parent_path(), ec);
@@ -223,7 +224,7 @@ Child launch(const Job& job, std::size_t index, const RunnerOptions& options) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::vector<std::string> environment = scenario_environment(environ);
+  std::vector<std::string> environment = scenario_env;
   std::vector<char*> envp;
   for (auto& e : environment) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -389,6 +390,9 @@ std::string signal_name(int signal) {
 
 std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOptions& options,
                                   const RunnerEvents& events) {
+  // Read once, here, not per child: a host's other threads (Python's os.environ) may change it
+  // while children start.
+  const std::vector<std::string> scenario_env = scenario_environment(environ);
   if (!options.isolate) return run_in_process(jobs, events);
   // Children must be ours to reap: an inherited SIG_IGN for SIGCHLD would have the kernel reap
   // them and waitpid() never report them.
@@ -424,7 +428,7 @@ std::vector<std::size_t> run_jobs(const std::vector<Job>& jobs, const RunnerOpti
       const std::size_t index = next++;
       if (events.started) events.started(index);
       try {
-        running.push_back(launch(jobs[index], index, options));
+        running.push_back(launch(jobs[index], index, options, scenario_env));
       } catch (const std::exception& e) {
         // This job cannot start (no fds, no processes, an unwritable report dir): its record
         // says so, and the others go on.
