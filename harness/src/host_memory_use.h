@@ -35,10 +35,10 @@ void for_each_tensor_in(const c10::IValue& v, const Fn& fn) {
 }
 
 enum class HostMemoryUse {
-  none,        // a view of it (slice, select, view), or an op that changes only its metadata
+  none,        // an op that changes only its metadata (detach_, unsqueeze_, resize_)
   reads,       // the op reads its bytes (add_ too: an in-place op reads what it writes)
   overwrites,  // the op writes it without reading it: an out= buffer, fill_, zero_, copy_, a random fill
-  maybe,       // an argument the op may return a view of or a copy of (to, contiguous, reshape):
+  maybe,       // an argument the op may return a view of (slice, view) or a copy of (to, contiguous):
                // a read where none of its results is over the same memory
 };
 
@@ -70,11 +70,11 @@ class HostMemory {
   static constexpr int kUnwritten = 0xA5;
 
   // A first read the op just returned from made: argument `argument` read the memory made as
-  // `slot`, whose bytes were `bytes` as the op found them.
+  // `slot`, whose bytes were `bytes` as the op found them (the caller's to keep or move).
   struct FirstRead {
     std::int32_t slot = -1;
     int argument = 0;
-    const std::vector<char>* bytes = nullptr;
+    std::vector<char>* bytes = nullptr;
   };
 
   [[nodiscard]] bool empty() const { return m_unread.empty(); }

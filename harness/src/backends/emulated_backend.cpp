@@ -331,7 +331,7 @@ class Recorder {
     const c10::ArrayRef<c10::IValue> results =
         c10::ArrayRef<c10::IValue>(outputs).slice(outputs.size() - std::min(outputs.size(), returns));
     m_host.returned(results, [&](const HostMemory::FirstRead& f) {
-      m_out.host_writes.push_back({f.slot, index, f.argument, *f.bytes});
+      m_out.host_writes.push_back({f.slot, index, f.argument, std::move(*f.bytes)});
     });
     m_out.ops.push_back(std::move(r));
   }

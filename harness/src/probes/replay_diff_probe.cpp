@@ -209,34 +209,27 @@ class ReplayDiffProbe final : public EmptyProbe {
   void baked_on_refit(RunContext& ctx, const CompareEvent& e, const std::string& summary, const std::string& when,
                       std::vector<std::pair<std::string, std::string>> ev) {
     const RecaptureDiff& r = e.recapture;
-    if (r.control_flow_differs && !r.chosen_tensors.empty()) {
-      // Note [A read chosen at capture] (engine/pass_work.cpp): both tensors are this cause's.
-      ev.insert(ev.begin(), {"cause", "frozen at capture"});
-      ev.push_back({"divergence", r.divergence});
-      if (!r.divergence_source.empty()) ev.push_back({"source", r.divergence_source});
-      ev.push_back({"tensors", fmt::format("{}", fmt::join(r.chosen_tensors, "; "))});
-      ctx.fail(name(), e, "replay vs eager(A)",
-               fmt::format("{} at batch size {} {}: a tensor read frozen at capture: a capture made now reads "
-                           "another tensor ({}{}): the forward picks which tensor to read on the host (a "
-                           "Python flag derived from the weights, an attribute pointed at another buffer), "
-                           "and the graph keeps reading the one the capture read; read one tensor and "
-                           "update it in place (copy_), or recapture after every refit",
-                           summary, e.batch_size, when, r.divergence,
-                           r.divergence_source.empty() ? "" : fmt::format(", at {}", r.divergence_source)),
-               std::move(ev));
-      return;
-    }
     if (r.control_flow_differs) {
+      // Note [A read chosen at capture] (engine/pass_work.cpp): the divergence is a read, and both
+      // tensors are this cause's.
+      const bool read = !r.chosen_tensors.empty();
       ev.insert(ev.begin(), {"cause", "frozen at capture"});
       ev.push_back({"divergence", r.divergence});
       if (!r.divergence_source.empty()) ev.push_back({"source", r.divergence_source});
+      if (read) ev.push_back({"tensors", fmt::format("{}", fmt::join(r.chosen_tensors, "; "))});
+      const std::string where = r.divergence_source.empty() ? "" : fmt::format(", at {}", r.divergence_source);
       ctx.fail(name(), e, "replay vs eager(A)",
-               fmt::format("{} at batch size {} {}: control flow frozen at capture: a capture made now takes "
-                           "another path ({}{}), so the forward branches on a host value derived from the "
-                           "weights, and the graph keeps the branch the capture took; decide on the device "
-                           "(torch::where) or recapture after every refit",
-                           summary, e.batch_size, when, r.divergence,
-                           r.divergence_source.empty() ? "" : fmt::format(", at {}", r.divergence_source)),
+               read ? fmt::format("{} at batch size {} {}: a tensor read frozen at capture: a capture made now reads "
+                                  "another tensor ({}{}): the forward picks which tensor to read on the host (a "
+                                  "Python flag derived from the weights, an attribute pointed at another "
+                                  "buffer), and the graph keeps reading the one the capture read; read one "
+                                  "tensor and update it in place (copy_), or recapture after every refit",
+                                  summary, e.batch_size, when, r.divergence, where)
+                    : fmt::format("{} at batch size {} {}: control flow frozen at capture: a capture made now "
+                                  "takes another path ({}{}), so the forward branches on a host value derived "
+                                  "from the weights, and the graph keeps the branch the capture took; decide on "
+                                  "the device (torch::where) or recapture after every refit",
+                                  summary, e.batch_size, when, r.divergence, where),
                std::move(ev));
       return;
     }
