@@ -538,6 +538,41 @@ TEST(SyntheticFill, AFillFromAnEvenOffsetContinuesTheStream) {
   EXPECT_EQ(whole, pieces);
 }
 
+// Every instruction set this CPU can draw with gives the bits of the documented stream (element
+// 2k and 2k + 1: bits 40-63 and 8-31 of SplitMix64's output for counter key + (k + 1) * gamma),
+// so a checkpoint synthesized on one machine is the one synthesized on another.
+TEST(SyntheticFill, EveryInstructionSetDrawsTheDocumentedStream) {
+  constexpr std::uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  const auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t key = synth::stream_key(5, 2);
+  const float half_width = 0.75f, scale = half_width / 8388608.0f;
+  const std::size_t first = 6, n = 1037;  // odd, from an even offset
+  std::vector<float> expected(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::uint64_t h = mix(key + ((first + j) / 2 + 1) * kGamma);
+    const std::uint32_t u = (first + j) % 2 == 0 ? static_cast<std::uint32_t>(h >> 40)
+                                                  : static_cast<std::uint32_t>((h >> 8) & 0xffffffu);
+    expected[j] = static_cast<float>(static_cast<std::int32_t>(u) - 8388608) * scale;
+  }
+  const std::vector<std::string> isas = synth::fill_uniform_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "baseline");
+  for (const std::string& isa : isas) {
+    std::vector<float> got(n);
+    synth::fill_uniform_with(isa, got.data(), n, key, half_width, first);
+    EXPECT_EQ(got, expected) << isa;
+  }
+  std::vector<float> got(n);
+  synth::fill_uniform(got.data(), n, key, half_width, first);
+  EXPECT_EQ(got, expected);
+  std::vector<float> none(2);
+  EXPECT_THROW(synth::fill_uniform_with("no-such-isa", none.data(), 2, key, 1.0f), std::invalid_argument);
+}
+
 TEST(SyntheticFill, UniformWithinItsHalfWidthWithTheMatchingSpread) {
   const std::size_t n = 1'000'001;  // odd: the tail element too
   std::vector<float> v(n);

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace graphcheck::synth {
 
@@ -17,6 +19,13 @@ namespace graphcheck::synth {
 // `n` floats uniform in [-half_width, half_width) (standard deviation half_width / sqrt(3)):
 // elements [first, first + n) of the stream, `first` even (a draw makes two).
 void fill_uniform(float* out, std::size_t n, std::uint64_t key, float half_width, std::size_t first = 0);
+
+// The instruction sets fill_uniform can draw with on this CPU, the one it uses first ("avx512",
+// "avx2", "baseline"): each draws the same values. For tests, with fill_uniform_with (which
+// throws std::invalid_argument for an instruction set this CPU lacks).
+[[nodiscard]] std::vector<std::string> fill_uniform_isas();
+void fill_uniform_with(const std::string& isa, float* out, std::size_t n, std::uint64_t key, float half_width,
+                       std::size_t first = 0);
 
 // `n` bytes uniform in [0, mask] for a mask of the form 2^k - 1 (1: booleans, 7: small integers).
 void fill_masked_bytes(std::uint8_t* out, std::size_t n, std::uint64_t key, std::uint8_t mask);
