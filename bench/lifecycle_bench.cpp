@@ -259,6 +259,14 @@ void BM_Lifecycle(benchmark::State& state, const Model& m) {
     state.counters["eager_s"] = eager;
     state.counters["eager_low_s"] = work.low;
     state.counters["eager_high_s"] = work.high;
+    // The parts the floor is priced from (the median run's): one construction, a load with its
+    // PWAL (the mean over the checkpoints), the forwards of every batch size together.
+    state.counters["eager_construct_s"] = work.parts.construct;
+    double load = 0, forward = 0;
+    for (double l : work.parts.load) load += l / static_cast<double>(std::max<std::size_t>(1, work.parts.load.size()));
+    for (const auto& [b, f] : work.parts.forward) forward += f;
+    state.counters["eager_load_s"] = load;
+    state.counters["eager_forwards_s"] = forward;
     state.counters["lifecycle_s"] = lifecycle;
     state.counters["harness_s"] = harness;
     state.counters["harness_over_eager"] = harness / eager;

@@ -338,6 +338,42 @@ TEST_F(CheckpointFileTest, OnlyAMapOpenedCopyOnWriteHandsOutWritableBytes) {
   EXPECT_EQ(cow.mutable_data(cow.tensors()[0]), cow.data(cow.tensors()[0]));
 }
 
+// Note [Written pages of a map]: a read leaves a map's pages clean; a write through a copy_on_write
+// map makes the page it lands on (and only that page) written; a release makes it the file's again.
+TEST_F(CheckpointFileTest, ThePageTableTellsWhichPagesOfAMapWereWritten) {
+  const std::string path = path_of("pages.safetensors");
+  constexpr std::int64_t kElements = std::int64_t{1} << 16;  // 256 KiB each: pages of their own
+  save_checkpoint(path, {{"a", torch::ones({kElements})}, {"b", torch::ones({kElements})}}, {},
+                  st::Durability::scratch);
+  st::File cow = st::File::open(path, st::Mapping::copy_on_write);
+  const auto& a = cow.tensors()[0];
+  const auto& b = cow.tensors()[1];
+  const auto* a_bytes = static_cast<const std::byte*>(cow.data(a));
+  const auto* b_bytes = static_cast<const std::byte*>(cow.data(b));
+  if (st::mapped_pages_written(a_bytes, a.nbytes()) == st::PageWrites::unknown) {
+    GTEST_SKIP() << "this kernel or sandbox hides /proc/self/pagemap: the records' fingerprints decide instead";
+  }
+  EXPECT_EQ(st::mapped_pages_written(a_bytes, a.nbytes()), st::PageWrites::clean);
+  float sum = 0;
+  for (std::int64_t i = 0; i < kElements; ++i) sum += reinterpret_cast<const float*>(b_bytes)[i];  // a read
+  EXPECT_EQ(sum, static_cast<float>(kElements));
+  EXPECT_EQ(st::mapped_pages_written(b_bytes, b.nbytes()), st::PageWrites::clean);
+  // One float in the middle of b: b is written, a (its own pages) is not, nor b's first half.
+  auto* b_floats = reinterpret_cast<float*>(cow.mutable_data(b));
+  b_floats[kElements / 2 + 7] = 2.0F;
+  EXPECT_EQ(st::mapped_pages_written(b_bytes, b.nbytes()), st::PageWrites::written);
+  EXPECT_EQ(st::mapped_pages_written(b_bytes + b.nbytes() / 2 + 64, 4), st::PageWrites::written);
+  EXPECT_EQ(st::mapped_pages_written(a_bytes, a.nbytes() - 4096), st::PageWrites::clean);
+  EXPECT_EQ(st::mapped_pages_written(b_bytes + 4096, b.nbytes() / 2 - 8192), st::PageWrites::clean);
+  // Released: the file's bytes come back, and the pages are clean again.
+  EXPECT_GT(st::release_mapped_pages(b_bytes, b.nbytes()), 0u);
+  EXPECT_EQ(st::mapped_pages_written(b_bytes + 4096, b.nbytes() - 8192), st::PageWrites::clean);
+  EXPECT_EQ(b_floats[kElements / 2 + 7], 1.0F);
+  // Memory of no map: the page table is not asked.
+  std::vector<float> heap(1024, 1.0F);
+  EXPECT_EQ(st::mapped_pages_written(heap.data(), heap.size() * sizeof(float)), st::PageWrites::unknown);
+}
+
 TEST_F(CheckpointFileTest, OnlyStreamsTensorsMatchingAPrefix) {
   const std::string path = path_of("prefix.safetensors");
   std::vector<NamedTensor> tensors;

@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "graphcheck/checkpoint.h"
 #include "graphcheck/engine/driver.h"
@@ -19,6 +21,7 @@
 #include "graphcheck/probe.h"
 #include "graphcheck/engine/reporter.h"
 #include "graphcheck_test_config.h"
+#include "support/file_reaper.h"
 
 namespace graphcheck {
 namespace {
@@ -885,6 +888,8 @@ TEST(ContractShapes, APreallocatedOutputBufferIsNoCoverageOrReplayFinding) {
 
 // A loader that abuses what it is streamed: "scribble" doubles the streamed tensor in place and
 // loads half of it (the model holds the checkpoint's values, the streamed tensor does not);
+// "raw" and "raw_one" write it through its pointer, where no version counter sees it (Note
+// [Written pages of a map]);
 // "keep" makes the first streamed tensor its parameter (before any capture; later loads copy into
 // it) and PWAL doubles it in place (forward halves it).
 // Either would change the harness's record of the checkpoint if it were kept without a check,
@@ -904,6 +909,20 @@ class StreamAbusingModel final : public LifecycleModel {
         m_kept = true;
       } else if (m_mode == "keep") {
         w.copy_(item->tensor);
+      } else if (m_mode == "raw" || m_mode == "raw_one") {
+        // Through the pointer, as a kernel writes: no version counter moves. "raw" doubles every
+        // element and loads half of it; "raw_one" adds 1 to the last element only and takes it off
+        // again in the parameter.
+        auto* p = item->tensor.data_ptr<float>();
+        const std::int64_t n = item->tensor.numel();
+        if (m_mode == "raw") {
+          for (std::int64_t i = 0; i < n; ++i) p[i] *= 2;
+          w.copy_(item->tensor / 2);
+        } else {
+          p[n - 1] += 1;
+          w.copy_(item->tensor);
+          w.view(-1)[n - 1].sub_(1);
+        }
       } else {
         item->tensor.mul_(2);
         w.copy_(item->tensor / 2);
@@ -948,7 +967,7 @@ class StreamedRecorder final : public EmptyProbe {
 };
 
 TEST(StreamRecords, ALoaderThatWritesIntoOrKeepsWhatItIsStreamedLeavesTheRecordsIntact) {
-  for (const std::string mode : {"scribble", "keep"}) {
+  for (const std::string mode : {"scribble", "keep", "raw", "raw_one"}) {
     Scenario s;
     s.name = "abuser-" + mode;
     s.file = "abuser.yaml";
@@ -1443,6 +1462,51 @@ TEST(StreamOrderFreshMemory, TheDeterministicModeOfTheBuildsSaysNothingOfItself)
   };
   EXPECT_GT(count("the model's own warning"), 0);
   EXPECT_EQ(count("deterministic"), 0);
+}
+
+// Note [Replaced checkpoints go in the background]: the old file leaves its name at once, and is
+// gone when the reaper is.
+TEST(FileReaper, MovesTheOldFileAsideAtOnceAndRemovesItBeforeItEnds) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(GRAPHCHECK_TEST_BINARY_DIR) / "file_reaper_work";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path old = dir / "seed-1.safetensors";
+  std::ofstream(old) << "the last run's checkpoint";
+  {
+    support::FileReaper reaper;
+    EXPECT_TRUE(reaper.retire(old));
+    EXPECT_FALSE(fs::exists(old));
+    EXPECT_FALSE(reaper.retire(old)) << "nothing there any more";
+    EXPECT_FALSE(reaper.retire(dir)) << "a directory is no file to replace";
+  }
+  EXPECT_TRUE(fs::exists(dir));
+  EXPECT_TRUE(fs::is_empty(dir)) << (fs::is_empty(dir) ? "" : fs::directory_iterator(dir)->path().string());
+}
+
+// A second run into one work dir replaces the first run's generated checkpoints with the same
+// bytes, and leaves nothing else there.
+TEST(GeneratedCheckpoints, ASecondRunReplacesTheFirstsAndLeavesNothingElse) {
+  namespace fs = std::filesystem;
+  Scenario s = tiny_scenario();
+  s.name = "twice";
+  RunOptions o = options_with({});
+  o.work_dir = std::string(GRAPHCHECK_TEST_BINARY_DIR) + "/generated_twice_work";
+  fs::remove_all(o.work_dir);
+  const auto files = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::directory_iterator(fs::path(o.work_dir) / "twice")) {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return out;
+  };
+  ASSERT_EQ(run_scenario(s, o).status, Status::passed);
+  const auto first = files();
+  ASSERT_EQ(first.size(), 2u);  // seeds 1 and 2
+  ASSERT_EQ(run_scenario(s, o).status, Status::passed);
+  const auto second = files();
+  EXPECT_EQ(second, first);
 }
 
 }  // namespace

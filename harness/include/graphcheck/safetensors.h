@@ -103,6 +103,21 @@ struct TensorInfo {
 // pages a copy_on_write map copied on a write would be lost. Returns the bytes released.
 std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept;
 
+// Note [Written pages of a map]: whether this process wrote into [data, data + bytes) through a
+// copy_on_write map of File::open since the pages were mapped or last released, told by the
+// kernel's page table (/proc/self/pagemap) instead of by reading the bytes: a write into a
+// private file map copies the page it lands on, and the copy is anonymous memory where the
+// page was the file's. At page granularity, so a write into the bytes beside the range, on a
+// page they share, counts too.
+//  - clean: no page of the range was written;
+//  - written: some page was (or may have been: one the kernel swapped out);
+//  - unknown: the range does not lie in one live map of File::open, or the page table cannot be
+//    read here (a kernel without it, a sandbox that hides it). The caller reads the bytes instead.
+// A write through some other map of the file (MAP_SHARED) changes the file's page itself and is
+// not seen; nothing of graphcheck's makes one.
+enum class PageWrites { clean, written, unknown };
+[[nodiscard]] PageWrites mapped_pages_written(const void* data, std::size_t bytes) noexcept;
+
 // How File::open maps the file. read_only: a write through the map faults. copy_on_write: a
 // private writable map (MAP_PRIVATE): a write copies the page it lands on, and reaches neither the
 // file nor any other map of it (mutable_data()).

@@ -24,6 +24,7 @@
 #include "graphcheck/engine/record.h"
 #include "graphcheck/engine/scenario.h"
 #include "graphcheck/engine/transport.h"
+#include "support/file_reaper.h"
 
 namespace graphcheck::engine {
 
@@ -131,6 +132,7 @@ class Driver final : public HookSink {
   const Clock::time_point m_start = Clock::now();  // the scenario's, for its spans
   std::uint64_t m_seed = 1;
   fs::path m_work_dir;
+  support::FileReaper m_reaper;  // Note [Replaced checkpoints go in the background]
   std::unique_ptr<GraphBackend> m_backend;
   std::vector<Pass> m_passes;
   std::map<std::uint64_t, std::string> m_checkpoints;

@@ -63,6 +63,15 @@ class PassRun final : public RunContext {
     if (m_started) fire(&Probe::on_scenario_end);
   }
   void hook(const void* module, std::string_view hook);
+  // Seconds each probe's callbacks took in this pass, in probe order (gc/pass/<pass>/probe/<name>/seconds).
+  [[nodiscard]] std::vector<std::pair<const Probe*, double>> probe_seconds() const {
+    std::vector<std::pair<const Probe*, double>> out;
+    for (const Probe* p : m_probes) {
+      auto it = m_probe_seconds.find(p);
+      out.emplace_back(p, it == m_probe_seconds.end() ? 0.0 : it->second);
+    }
+    return out;
+  }
   [[nodiscard]] Phase phase() const { return m_phase; }
   [[nodiscard]] int cycle() const { return m_cycle; }
   [[nodiscard]] std::int64_t batch_size() const { return m_batch_size; }
@@ -271,6 +280,7 @@ class PassRun final : public RunContext {
   // reached through RunContext, user errors) keep their meaning.
   template <class... Event>
   void deliver(Probe* p, void (Probe::*fn)(RunContext&, const Event&...), const Event&... e) {
+    ProbeTime timed(*this, p);
     try {
       (p->*fn)(*this, e...);
     } catch (const ModelFailure&) {
@@ -299,6 +309,21 @@ class PassRun final : public RunContext {
     f.evidence = {{"probe", probe}, {"event", event_name(fn)}, {"error", what}};
     add_finding(std::move(f));
   }
+
+  // Adds the time of one delivery to its probe's (probe_seconds()). A probe's time includes what
+  // its callback asked of the run (a replay, a model's forward).
+  class ProbeTime {
+   public:
+    ProbeTime(PassRun& run, const Probe* p) : m_run(run), m_probe(p), m_start(Clock::now()) {}
+    ~ProbeTime() { m_run.m_probe_seconds[m_probe] += std::chrono::duration<double>(Clock::now() - m_start).count(); }
+    ProbeTime(const ProbeTime&) = delete;
+    ProbeTime& operator=(const ProbeTime&) = delete;
+
+   private:
+    PassRun& m_run;
+    const Probe* m_probe;
+    Clock::time_point m_start;
+  };
 
   struct Window {
     Clock::time_point start;
@@ -342,6 +367,7 @@ class PassRun final : public RunContext {
   std::int64_t m_batch_size = 0;
   std::vector<Window> m_windows;
   double m_harness_seconds = 0;
+  std::map<const Probe*, double> m_probe_seconds;  // ProbeTime
 };
 
 }  // namespace graphcheck::engine

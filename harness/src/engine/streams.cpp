@@ -37,7 +37,17 @@ std::optional<NamedTensor> RecordingStream::next() {
     Recorded r{{item->name, m_copy ? item->tensor.clone() : item->tensor}, 0, 0, 0, false};
     if (!m_copy && r.item.tensor.defined()) {
       r.version = version_of(r.item.tensor);
-      r.print = fingerprint(r.item.tensor);
+      // Note [Written pages of a map]: a view of a checkpoint's map needs no fingerprint (a read
+      // of every byte at each load and again as it settles, 1.5 s of the 10,000-tensor scale
+      // run's 24, issue 26): the page table says whether the loader wrote it.
+      const torch::Tensor& t = r.item.tensor;
+      if (t.device().is_cpu() && t.has_storage() && t.is_contiguous() && t.nbytes() > 0 &&
+          safetensors::mapped_pages_written(t.data_ptr(), t.nbytes()) == safetensors::PageWrites::clean) {
+        r.mapped = t.data_ptr();
+        r.mapped_bytes = t.nbytes();
+      } else {
+        r.print = fingerprint(t);
+      }
       // Other tensors on its storage now (the source's views, if any): a loader that keeps a view
       // or rebinds a parameter onto it (set_data) adds one.
       r.storage_refs = r.item.tensor.has_storage() ? r.item.tensor.storage().use_count() : 0;
@@ -55,7 +65,7 @@ bool RecordingStream::settle(Recorded& r, bool force) {
   // it), or another tensor on its storage (a view, a parameter rebound onto it).
   const bool kept = tensor.use_count() > 1 || (tensor.has_storage() && tensor.storage().use_count() > r.storage_refs);
   if (kept && !force) return false;
-  const bool written = version_of(tensor) != r.version || fingerprint(tensor) != r.print;
+  const bool written = written_since_streamed(r);
   const torch::Tensor before = tensor;
   if (written && m_reread) {
     tensor = m_reread(r.item.name);
@@ -74,6 +84,15 @@ bool RecordingStream::settle(Recorded& r, bool force) {
     m_end = begin + before.nbytes();
   }
   return true;
+}
+
+bool RecordingStream::written_since_streamed(const Recorded& r) {
+  const torch::Tensor& t = r.item.tensor;
+  if (version_of(t) != r.version) return true;
+  if (r.mapped == nullptr) return fingerprint(t) != r.print;
+  // The loader may have pointed the tensor elsewhere (set_, resize_): then it changed.
+  if (!t.has_storage() || t.data_ptr() != r.mapped || t.nbytes() != r.mapped_bytes || !t.is_contiguous()) return true;
+  return safetensors::mapped_pages_written(r.mapped, r.mapped_bytes) != safetensors::PageWrites::clean;
 }
 
 void RecordingStream::settle_pending() {

@@ -56,7 +56,13 @@ class RecordingStream final : public WeightStream {
     std::uint64_t print = 0;
     std::size_t storage_refs = 0;
     bool settled = false;
+    // Note [Written pages of a map]: the bytes lie in a checkpoint's copy-on-write map whose pages
+    // were clean when streamed; the page table tells a write, and `print` is not taken.
+    const void* mapped = nullptr;
+    std::size_t mapped_bytes = 0;
   };
+  // Whether r's tensor was written since it was streamed (its version, its map's pages or its bytes).
+  static bool written_since_streamed(const Recorded& r);
   static std::int64_t version_of(const torch::Tensor& t);
   // Settles r unless someone besides the record holds it (or `force`): a fresh read or a copy
   // where the loader wrote or kept it. Returns whether it settled.

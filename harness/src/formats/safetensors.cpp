@@ -510,6 +510,88 @@ std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept {
   return released;
 }
 
+namespace {
+
+// /proc/self/pagemap, opened once per process (a fork's child opens its own: "self" is resolved at
+// the open), and whether it tells pages apart here.
+class Pagemap {
+ public:
+  // Entry bits (Documentation/admin-guide/mm/pagemap.rst).
+  static constexpr std::uint64_t kPresent = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t kSwapped = std::uint64_t{1} << 62;
+  static constexpr std::uint64_t kFileOrShared = std::uint64_t{1} << 61;
+
+  // The entries of pages [first, first + count) into `out`; false where the table cannot be read.
+  bool read(std::uintptr_t first_page, std::size_t count, std::uint64_t* out) {
+    std::lock_guard lock(m_mutex);
+    if (!ready()) return false;
+    const auto bytes = count * sizeof(std::uint64_t);
+    const auto at = static_cast<off_t>(first_page * sizeof(std::uint64_t));
+    return ::pread(m_fd, out, bytes, at) == static_cast<ssize_t>(bytes);
+  }
+
+ private:
+  bool ready() {
+    if (m_pid == ::getpid()) return m_usable;
+    if (m_fd >= 0) ::close(m_fd);
+    m_pid = ::getpid();
+    m_usable = false;
+    m_fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (m_fd < 0) return false;
+    // A page this process has just written must read as present and not the file's; a kernel or
+    // sandbox that reports otherwise cannot tell written pages from the file's.
+    static thread_local volatile std::uint64_t probe = 0;
+    probe = probe + 1;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    std::uint64_t entry = 0;
+    const auto at = static_cast<off_t>(reinterpret_cast<std::uintptr_t>(&probe) / page * sizeof(std::uint64_t));
+    m_usable = ::pread(m_fd, &entry, sizeof entry, at) == static_cast<ssize_t>(sizeof entry) &&
+               (entry & kPresent) != 0 && (entry & kFileOrShared) == 0;
+    return m_usable;
+  }
+
+  std::mutex m_mutex;
+  pid_t m_pid = -1;
+  int m_fd = -1;
+  bool m_usable = false;
+};
+
+Pagemap& pagemap() {
+  static Pagemap* table = new Pagemap;  // never destroyed: maps may outlive statics
+  return *table;
+}
+
+}  // namespace
+
+PageWrites mapped_pages_written(const void* data, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  const auto end = begin + bytes;
+  if (bytes == 0) return PageWrites::clean;
+  {
+    MapRegistry& registry = map_registry();
+    std::lock_guard lock(registry.mutex);
+    auto it = registry.maps.upper_bound(begin);
+    if (it == registry.maps.begin()) return PageWrites::unknown;
+    --it;
+    if (end > it->second) return PageWrites::unknown;  // not wholly inside one map
+  }
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  constexpr std::size_t kBatch = 512;
+  std::uint64_t entries[kBatch];
+  for (std::uintptr_t p = begin / page, last = (end - 1) / page; p <= last;) {
+    const std::size_t count = std::min<std::uintptr_t>(kBatch, last - p + 1);
+    if (!pagemap().read(p, count, entries)) return PageWrites::unknown;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t e = entries[i];
+      // Not present and not swapped: never touched, or released (the file's bytes come back).
+      if ((e & Pagemap::kSwapped) != 0) return PageWrites::written;
+      if ((e & Pagemap::kPresent) != 0 && (e & Pagemap::kFileOrShared) == 0) return PageWrites::written;
+    }
+    p += count;
+  }
+  return PageWrites::clean;
+}
+
 void File::release() noexcept {
   if (m_map != nullptr && m_mapped) {
     {
