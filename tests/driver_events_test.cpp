@@ -889,25 +889,32 @@ TEST(ContractShapes, APreallocatedOutputBufferIsNoCoverageOrReplayFinding) {
 // A loader that abuses what it is streamed: "scribble" doubles the streamed tensor in place and
 // loads half of it (the model holds the checkpoint's values, the streamed tensor does not);
 // "raw" and "raw_one" write it through its pointer, where no version counter sees it (Note
-// [Written pages of a map]);
-// "keep" makes the first streamed tensor its parameter (before any capture; later loads copy into
-// it) and PWAL doubles it in place (forward halves it).
+// [Written pages of a map]); "keep_write" rebinds "w" onto each tensor streamed for it (a rebind
+// at every refit: the stale-graph bug, so only the stream-order test loads it), halves it there,
+// and PWAL checks that it still holds that (then doubles it back);
+// "keep" makes the first tensor streamed for "w" that parameter (before any capture; later loads
+// copy into it) and PWAL doubles it in place (forward halves it).
 // Either would change the harness's record of the checkpoint if it were kept without a check,
 // and model B (built from the records) would disagree with model A.
 class StreamAbusingModel final : public LifecycleModel {
  public:
   explicit StreamAbusingModel(const ModelConfig& c) : m_mode(c.get_string("mode", "scribble")) {
+    m_module.register_parameter("v", torch::zeros({4, 4}), false);
     m_module.register_parameter("w", torch::zeros({4, 4}), false);
   }
   torch::nn::Module& module() override { return m_module; }
   std::set<std::string> load_weights(WeightStream& weights) override {
     std::set<std::string> loaded;
-    torch::Tensor w = m_module.named_parameters()["w"];
     while (auto item = weights.next()) {
-      if (m_mode == "keep" && !m_kept) {
+      torch::Tensor w = m_module.named_parameters()[item->name];
+      if (m_mode == "keep_write" && item->name == "w") {
         w.set_data(item->tensor);
-        m_kept = true;
-      } else if (m_mode == "keep") {
+        w.mul_(0.5);
+        m_written = w.clone();
+      } else if (m_mode == "keep" && item->name == "w" && m_kept.empty()) {
+        w.set_data(item->tensor);
+        m_kept = item->name;
+      } else if (m_mode == "keep" || m_mode == "keep_write") {
         w.copy_(item->tensor);
       } else if (m_mode == "raw" || m_mode == "raw_one") {
         // Through the pointer, as a kernel writes: no version counter moves. "raw" doubles every
@@ -932,17 +939,24 @@ class StreamAbusingModel final : public LifecycleModel {
     return loaded;
   }
   void process_weights_after_loading() override {
-    if (m_mode == "keep") m_module.named_parameters()["w"].mul_(2);
+    if (!m_kept.empty()) m_module.named_parameters()[m_kept].mul_(2);
+    if (m_written.defined() && !torch::equal(m_module.named_parameters()["w"], m_written)) {
+      throw std::runtime_error("'w' no longer holds what load_weights() wrote into it");
+    }
+    if (m_written.defined()) m_module.named_parameters()["w"].mul_(2);
+    m_written = torch::Tensor();
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    const torch::Tensor w = m_module.named_parameters()["w"];
-    return torch::matmul(x, m_mode == "keep" ? w / 2 : w);
+    auto params = m_module.named_parameters();
+    const auto held = [&](const std::string& name) { return name == m_kept ? params[name] / 2 : params[name]; };
+    return torch::matmul(x, held("v")) + torch::matmul(x, held("w"));
   }
   torch::Tensor make_input(std::int64_t b, std::uint64_t) override { return torch::ones({b, 4}); }
 
  private:
   std::string m_mode;
-  bool m_kept = false;
+  std::string m_kept;  // "keep": "w", rebound onto the first tensor it was streamed for it
+  torch::Tensor m_written;  // "keep_write": what load_weights() left in "w" (a view it was streamed, halved)
   torch::nn::Module m_module;
 };
 GRAPHCHECK_REGISTER_MODEL("test_stream_abuser", [](const ModelConfig& c) {
@@ -999,6 +1013,27 @@ double stream_orders(const ScenarioRecord& r) {
   }
   return -1;
 }
+
+// Note [Views streamed where nothing keeps them]: the stream-order pass streams the map's views
+// themselves to a loader that keeps none, and clones to one that does; neither a loader that
+// writes into what it is streamed (through torch or its pointer) nor one that keeps a view and
+// writes it in PWAL makes the next model stream other bytes, which would read as an order the
+// load depends on.
+TEST(StreamOrderViews, ALoaderThatWritesIntoOrKeepsWhatItIsStreamedIsNoOrderFinding) {
+  for (const std::string mode : {"scribble", "keep", "keep_write", "raw", "raw_one"}) {
+    Scenario s;
+    s.name = "abuser-orders-" + mode;
+    s.file = "abuser.yaml";
+    s.fixture = "test_stream_abuser";
+    s.config.set("mode", mode, "abuser.yaml:2:5");
+    s.batch_sizes = {1};
+    s.checks = {"stream_order"};
+    const ScenarioRecord r = run_scenario(s, options_with({}));
+    EXPECT_EQ(r.status, Status::passed) << mode << ": " << (r.findings.empty() ? r.reason : r.findings[0].message);
+    EXPECT_GT(stream_orders(r), 0) << mode;
+  }
+}
+
 
 // The stream-order pass's builds are spans of the trace, one per model it builds and loads (the
 // canonical order and each other order; the canonical one again only where an order differs),

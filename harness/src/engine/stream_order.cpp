@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -255,12 +256,32 @@ void PassRun::stream_order() {
       throw UserError(e.what());
     }
   }
+  // Every page of the map a weight lies on, those a weight shares with its neighbour included:
+  // what a loader wrote into the views (a copied page) goes with them, and the next build streams
+  // the file's bytes (Note [Views streamed where nothing keeps them]).
+  // Neighbours in one call.
   const auto release_pages = [&] {
+    static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    std::uintptr_t run_begin = 0, run_end = 0;
+    const auto flush = [&] {
+      if (run_end > run_begin) {
+        (void)safetensors::release_mapped_pages(reinterpret_cast<const void*>(run_begin), run_end - run_begin);
+      }
+    };
     for (const auto& w : weights) {
-      if (w.tensor.defined() && w.tensor.is_contiguous()) {
-        (void)safetensors::release_mapped_pages(w.tensor.data_ptr(), w.tensor.nbytes());
+      if (!w.tensor.defined() || !w.tensor.is_contiguous() || w.tensor.nbytes() == 0) continue;
+      const auto data = reinterpret_cast<std::uintptr_t>(w.tensor.data_ptr());
+      const std::uintptr_t begin = data / page * page, end = (data + w.tensor.nbytes() + page - 1) / page * page;
+      if (begin > run_end || end < run_begin) {
+        flush();
+        run_begin = begin;
+        run_end = end;
+      } else {
+        run_begin = std::min(run_begin, begin);
+        run_end = std::max(run_end, end);
       }
     }
+    flush();
   };
   event.source = fmt::format("checkpoint '{}'", path);
   for (const auto& w : weights) event.canonical.push_back(w.name);
@@ -274,46 +295,88 @@ void PassRun::stream_order() {
 
   UncountedScope uncounted;  // the pass's own models, no memory check here
   FlagScope quiet(m_quiet);
+  // Note [Views streamed where nothing keeps them]: each model was streamed clones of the map's
+  // views, so that a loader that keeps what it is streamed (a parameter rebound onto it, a view of
+  // it in a dict) shares no memory with the next model. Under Note [Fresh memory alike in every
+  // build] a clone is torch's fill of fresh memory and then the copy: two writes of the checkpoint
+  // per model, a third of the pass's time on the 10,000-tensor scale model (issue 26). So the
+  // models are streamed the views themselves while no loader has kept one: after each load, a
+  // view that gained a handle or its storage a tensor is one kept, and from then on (that model
+  // built again too) every model is streamed clones. What a loader wrote into a view it did not
+  // keep is a copied page of the private map, which release_pages() drops after the load.
+  bool clone_streamed = false;
   // `again`: the canonical model built a second time, beside an order that differs.
   const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order, bool again,
                          const std::vector<std::size_t>& calls = {}) {
     // Each build a span of its own in the trace, as model B's: the pass's time is these builds.
     const Driver::SpanScope span(
         m_driver, open_span(again ? "stream-order model, canonical again" : "stream-order model", event.cycle, 0));
-    torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
     const FreshMemoryAlike alike;  // Note [Fresh memory alike in every build]
     const std::string what = fmt::format("stream-order model ({} order)", order);
-    std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
-    const auto load_stream = [&] {
+    // Note [Views streamed where nothing keeps them]: the loader is streamed aliases of the views
+    // (a handle of its own on each, so that an in-place change of a tensor's shape or strides
+    // stays with this load); one it kept, or a view of it, outlives the load on the storage.
+    const auto storage_refs = [](const torch::Tensor& t) -> std::size_t {
+      return t.defined() && t.has_storage() ? t.storage().use_count() : 0;
+    };
+    std::vector<std::size_t> holders;
+    holders.reserve(stream_order.size());
+    for (const auto& t : stream_order) holders.push_back(storage_refs(t.tensor));
+    const auto kept_a_view = [&] {
+      for (std::size_t i = 0; i < stream_order.size(); ++i) {
+        if (storage_refs(stream_order[i].tensor) > holders[i]) return true;
+      }
+      return false;
+    };
+    for (;;) {
+      const bool clones = clone_streamed;
+      torch::manual_seed(static_cast<std::uint64_t>(m_driver.seed()));
+      std::unique_ptr<LifecycleModel> model = construct_quiet(what.c_str());
+      if (refit) {
+        load_dummy(*model, m_driver.seed());
+        run_pwal(*model);
+        m_phase = Phase::refit;
+        call_model(Phase::refit, fmt::format("{} stage_for_refit()", what), [&] {
+          torch::NoGradGuard no_grad;
+          model->stage_for_refit();
+          return 0;
+        });
+      }
       std::vector<std::size_t> starts = {0};
       starts.insert(starts.end(), calls.begin(), calls.end());
       starts.push_back(stream_order.size());
       for (std::size_t c = 0; c + 1 < starts.size(); ++c) {
-        const std::vector<NamedTensor> part(stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c]),
-                                            stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c + 1]));
+        std::vector<NamedTensor> part(stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c]),
+                                      stream_order.begin() + static_cast<std::ptrdiff_t>(starts[c + 1]));
+        if (!clones) {
+          for (auto& t : part) {
+            if (t.tensor.defined()) t.tensor = t.tensor.alias();
+          }
+        }
         const std::string call = starts.size() > 2 ? fmt::format(", call {} of {}", c + 1, starts.size() - 1) : "";
         TensorListWeightStream list(part, fmt::format("{}, {} order{}", event.source, order, call));
-        CloningStream stream(list);  // a loader that keeps what it is streamed shares nothing
         m_phase = Phase::load;
-        call_model(Phase::load, fmt::format("{} load_weights(){}", what, call), [&] { return model->load_weights(stream); });
+        const std::string step = fmt::format("{} load_weights(){}", what, call);
+        if (clones) {
+          CloningStream stream(list);  // a loader that keeps what it is streamed shares nothing
+          call_model(Phase::load, step, [&] { return model->load_weights(stream); });
+        } else {
+          call_model(Phase::load, step, [&] { return model->load_weights(list); });
+        }
       }
-    };
-    if (refit) {
-      load_dummy(*model, m_driver.seed());
+      if (!clones && kept_a_view()) {
+        // This loader keeps what it is streamed: this model again, and every later one, from clones.
+        model.reset();
+        release_pages();
+        clone_streamed = true;
+        continue;
+      }
+      release_pages();
+      support::release_free_memory();  // the clones the loader copied from, the storage it replaced
+      m_phase = Phase::pwal;
       run_pwal(*model);
-      m_phase = Phase::refit;
-      call_model(Phase::refit, fmt::format("{} stage_for_refit()", what), [&] {
-        torch::NoGradGuard no_grad;
-        model->stage_for_refit();
-        return 0;
-      });
+      return model;
     }
-    load_stream();
-    release_pages();
-    support::release_free_memory();  // the clones the loader copied from, the storage it replaced
-    m_phase = Phase::pwal;
-    run_pwal(*model);
-    return model;
   };
   // What each live tensor holds, by name: dtype, shape and the fingerprint of its bytes.
   const auto prints_of = [](LifecycleModel& model) {

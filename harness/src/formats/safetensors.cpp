@@ -503,7 +503,10 @@ std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept {
   if (it != registry.maps.begin()) --it;
   for (; it != registry.maps.end() && it->first < end; ++it) {
     const std::uintptr_t from = std::max(begin, it->first), to = std::min(end, it->second);
-    const std::uintptr_t first = (from + page - 1) / page * page, last = to / page * page;
+    // The map's last page is the map's alone past the file's end: a range that reaches the end
+    // takes it whole (a file smaller than a page has no other).
+    const std::uintptr_t last = to == it->second ? (to + page - 1) / page * page : to / page * page;
+    const std::uintptr_t first = (from + page - 1) / page * page;
     if (from >= to || first >= last) continue;
     if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) == 0) released += last - first;
   }
