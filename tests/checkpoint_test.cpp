@@ -975,7 +975,9 @@ TEST(CheckpointMapping, AStagingTensorUnderACheckpointNameTakesItWhileItExists) 
   for (const auto& e : layout) entries.push_back(e.checkpoint + " -> " + e.live);
   EXPECT_EQ(entries, (std::vector<std::string>{"o_rows -> o", "qkv_t -> qkv_t"}));
   for (const auto& e : layout) {
-    if (e.checkpoint == "qkv_t") EXPECT_EQ(e.region.data_ptr(), staging.data_ptr());
+    if (e.checkpoint == "qkv_t") {
+      EXPECT_EQ(e.region.data_ptr(), staging.data_ptr());
+    }
   }
 }
 

@@ -1499,24 +1499,37 @@ TEST(StreamOrderFreshMemory, TheDeterministicModeOfTheBuildsSaysNothingOfItself)
   EXPECT_EQ(count("deterministic"), 0);
 }
 
-// Note [Replaced checkpoints go in the background]: the old file leaves its name at once, and is
-// gone when the reaper is.
-TEST(FileReaper, MovesTheOldFileAsideAtOnceAndRemovesItBeforeItEnds) {
+// Note [Replaced checkpoints go in the background]: the old file keeps its name until the new one
+// is renamed over it, with a hidden second name that goes once the Aside ends; nothing is left
+// when the reaper is.
+TEST(FileReaper, KeepsTheOldFileUnderAHiddenNameUntilItIsReplacedThenRemovesIt) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(GRAPHCHECK_TEST_BINARY_DIR) / "file_reaper_work";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const fs::path old = dir / "seed-1.safetensors";
-  std::ofstream(old) << "the last run's checkpoint";
+  const fs::path path = dir / "seed-1.safetensors";
+  std::ofstream(path) << "the last run's checkpoint";
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
   {
     support::FileReaper reaper;
-    EXPECT_TRUE(reaper.retire(old));
-    EXPECT_FALSE(fs::exists(old));
-    EXPECT_FALSE(reaper.retire(old)) << "nothing there any more";
-    EXPECT_FALSE(reaper.retire(dir)) << "a directory is no file to replace";
+    {
+      const support::FileReaper::Aside aside = reaper.set_aside(path);
+      ASSERT_FALSE(aside.hidden().empty());
+      EXPECT_EQ(read(path), "the last run's checkpoint") << "the path holds the old file until the rename";
+      EXPECT_EQ(read(aside.hidden()), "the last run's checkpoint");
+      std::ofstream(dir / "new.tmp") << "this run's";
+      fs::rename(dir / "new.tmp", path);
+    }
+    EXPECT_TRUE(reaper.set_aside(dir / "absent").hidden().empty()) << "nothing there";
+    EXPECT_TRUE(reaper.set_aside(dir).hidden().empty()) << "a directory is no file to replace";
   }
-  EXPECT_TRUE(fs::exists(dir));
-  EXPECT_TRUE(fs::is_empty(dir)) << (fs::is_empty(dir) ? "" : fs::directory_iterator(dir)->path().string());
+  EXPECT_EQ(read(path), "this run's");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"seed-1.safetensors"});
 }
 
 // A second run into one work dir replaces the first run's generated checkpoints with the same

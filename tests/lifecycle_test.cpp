@@ -1115,6 +1115,47 @@ TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
   }
 }
 
+// Note [One perturbation for a cycle's graphs]: three graphs measured at once, each told what it
+// would be told alone. "whole" replays a = 1, b = 2 and c = 3 from the live tensors, as eager
+// does; "stale_b" replays b from a copy taken before (eager reads the live one); "differs" already
+// disagrees with eager before any perturbation. The fingerprints and the group's perturbation are
+// made once for all three: "whole" runs twice (unperturbed, group), as alone.
+TEST(Coverage, GraphsMeasuredTogetherEachGetWhatTheyWouldAlone) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = torch::full({4}, 1.0F), b = torch::full({4}, 2.0F), c = torch::full({4}, 3.0F);
+  const torch::Tensor b_copy = b.clone();
+  const std::vector<NamedTensor> live = {{"a", a}, {"b", b}, {"c", c}};
+  const auto sums = [](const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& z) {
+    return TensorList{torch::stack({x.sum(), y.sum(), z.sum()})};
+  };
+  const TensorList clean = sums(a, b, c);
+  std::vector<GraphView> views(3);
+  std::vector<CompareEvent> compares(3);
+  std::vector<CoverageEvent> events(3);
+  for (auto& cmp : compares) cmp.replay_outputs = cmp.eager_outputs = clean;
+  compares[2].replay_outputs = {clean[0] + 1};  // "differs"
+  std::vector<int> runs(3, 0);
+  std::vector<passes::CoverageGraph> graphs;
+  graphs.push_back({&views[0], &compares[0], [&] { ++runs[0]; return std::make_pair(sums(a, b, c), sums(a, b, c)); }, &events[0]});
+  graphs.push_back({&views[1], &compares[1], [&] { ++runs[1]; return std::make_pair(sums(a, b_copy, c), sums(a, b, c)); }, &events[1]});
+  graphs.push_back({&views[2], &compares[2], [&] { ++runs[2]; return std::make_pair(TensorList{sums(a, b, c)[0] + 1}, sums(a, b, c)); }, &events[2]});
+  passes::measure_coverage(graphs, live);
+  EXPECT_EQ(events[0].method, "group bisection");
+  EXPECT_TRUE(events[0].uncovered.empty() && events[0].replay_only.empty() && events[0].partial.empty());
+  EXPECT_EQ(events[0].replays, 2);
+  EXPECT_EQ(runs[0], 2);
+  EXPECT_EQ(events[1].method, "group bisection");
+  EXPECT_EQ(events[1].uncovered, std::vector<std::string>{"b"});
+  EXPECT_GT(events[1].replays, 2);
+  EXPECT_EQ(events[1].replays, runs[1]);
+  EXPECT_EQ(events[2].method, "one tensor at a time (replay already differs from eager)");
+  EXPECT_EQ(events[2].replays, runs[2]);
+  EXPECT_EQ(runs[2], 1 + 3);  // the unperturbed run, then each tensor alone; no group run
+  for (const auto& e : events) EXPECT_EQ(e.tensors, 3);
+  EXPECT_TRUE(torch::equal(a, torch::full({4}, 1.0F)) && torch::equal(b, torch::full({4}, 2.0F)) &&
+              torch::equal(c, torch::full({4}, 3.0F)));
+}
+
 // A meta tensor (a placeholder with no data) is a candidate as before, perturbed through the copy
 // path, which does nothing to it: never fingerprinted or perturbed in place.
 TEST(Coverage, AMetaTensorAmongTheCandidatesIsNoFailure) {

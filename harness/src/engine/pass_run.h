@@ -217,7 +217,7 @@ class PassRun final : public RunContext {
   void chosen_read(const GraphView& view, RecaptureDiff& d);  // Note [A read chosen at capture]
   // The validation inputs from this one on (the wide range: zeros, tiny, huge) are recorded afresh.
   static constexpr std::size_t kValidationRecaptureFrom = 4;
-  void coverage(std::size_t index, const CompareEvent& compare);
+  void coverage(const std::vector<std::pair<std::size_t, CompareEvent>>& compares);
   void growth();
   void stream_order();
   PhaseEvent event(Phase phase) const {

@@ -188,18 +188,27 @@ void PassRun::chosen_read(const GraphView& view, RecaptureDiff& d) {
   }
 }
 
-void PassRun::coverage(std::size_t index, const CompareEvent& compare) {
-  CoverageEvent f;
-  static_cast<PhaseEvent&>(f) = compare;
-  passes::measure_coverage(
-      m_views[index], live_tensors(), compare,
-      [&] {
-        TensorList replayed = replay(index, compare.inputs);
-        TensorList eager_outputs = eager(compare.inputs);
-        return std::make_pair(std::move(replayed), std::move(eager_outputs));
-      },
-      f);
-  notify(&Probe::on_coverage_measured, f);
+// Note [One perturbation for a cycle's graphs] (passes/coverage.cpp): every graph of the cycle
+// at once, each event as it would be alone, in the graphs' order.
+void PassRun::coverage(const std::vector<std::pair<std::size_t, CompareEvent>>& compares) {
+  std::vector<CoverageEvent> events(compares.size());
+  std::vector<passes::CoverageGraph> graphs;
+  graphs.reserve(compares.size());
+  for (std::size_t k = 0; k < compares.size(); ++k) {
+    const auto& [index, compare] = compares[k];
+    static_cast<PhaseEvent&>(events[k]) = compare;
+    graphs.push_back({&m_views[index], &compare,
+                      [this, index = index, &compare = compare] {
+                        m_batch_size = compare.batch_size;
+                        TensorList replayed = replay(index, compare.inputs);
+                        TensorList eager_outputs = eager(compare.inputs);
+                        return std::make_pair(std::move(replayed), std::move(eager_outputs));
+                      },
+                      &events[k]});
+  }
+  passes::measure_coverage(graphs, live_tensors());
+  m_batch_size = 0;
+  for (const CoverageEvent& e : events) notify(&Probe::on_coverage_measured, e);
 }
 
 // Dummy loads of models grown through a config key (scenario dummy_growth).

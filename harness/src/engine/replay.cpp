@@ -167,6 +167,7 @@ void PassRun::replay_all() {
   if (m_pass == Pass::observe) {
     for (std::int64_t b : scenario().eager_batch_sizes) eager_compare(b);
   }
+  std::vector<std::pair<std::size_t, CompareEvent>> coverage_compares;  // the coverage pass's
   for (std::size_t i = 0; i < m_graphs.size(); ++i) {
     CapturedGraph& graph = *m_graphs[i];
     const std::int64_t b = graph.batch_size();
@@ -219,9 +220,11 @@ void PassRun::replay_all() {
       c.recapture = recapture(i, inputs);
     }
     end(&Probe::on_compare_end, c);
-    if (m_pass == Pass::coverage) coverage(i, c);
+    if (m_pass == Pass::coverage) coverage_compares.emplace_back(i, std::move(c));
   }
   m_batch_size = 0;
+  // Note [One perturbation for a cycle's graphs]: after every graph's compare.
+  if (!coverage_compares.empty()) coverage(coverage_compares);
 }
 
 }  // namespace graphcheck::engine

@@ -276,7 +276,7 @@ class PerturbedGroup {
 // the model and one more replay, where the copy was a write and two reads; raw writes (a Triton
 // kernel, a CUDA graph) are seen as well as libtorch's in-place ops, which a version counter
 // alone would see. A tensor the forward writes keeps what that run wrote, as after any extra forward.
-void copy_the_written(std::vector<Candidate>& candidates, const ReplayAndEager& run, CoverageEvent& out) {
+void copy_the_written(std::vector<Candidate>& candidates, const std::vector<CoverageGraph>& graphs) {
   std::vector<std::uint64_t> before(candidates.size());
   bool any = false;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -285,8 +285,10 @@ void copy_the_written(std::vector<Candidate>& candidates, const ReplayAndEager& 
     any = true;
   }
   if (!any) return;
-  ++out.replays;
-  (void)run();
+  for (const CoverageGraph& g : graphs) {
+    ++g.out->replays;
+    (void)g.replay_and_eager();
+  }
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].in_place) continue;
     if (fingerprint(candidates[i].tensor.tensor) != before[i]) candidates[i].in_place.reset();
@@ -320,10 +322,18 @@ class Perturbation {
       return;
     }
     const auto [replayed, eager] = perturbed_outputs(group);
-    if (outputs_agree(replayed, eager, m_compare.tolerance)) return;
+    if (agree(replayed, eager)) return;
+    split(group);
+  }
+  // The halves of a group whose perturbed replay and eager disagree, each bisected.
+  void split(const std::vector<const Candidate*>& group) {
+    if (group.size() == 1) return classify(*group.front());
     const std::size_t half = group.size() / 2;
     bisect(std::vector<const Candidate*>(group.begin(), group.begin() + half));
     bisect(std::vector<const Candidate*>(group.begin() + half, group.end()));
+  }
+  [[nodiscard]] bool agree(const TensorList& replayed, const TensorList& eager) const {
+    return outputs_agree(replayed, eager, m_compare.tolerance);
   }
 
  private:
@@ -350,36 +360,90 @@ class Perturbation {
 
 }  // namespace
 
-void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, const CompareEvent& compare,
-                      const ReplayAndEager& replay_and_eager, CoverageEvent& out) {
-  // Candidates: the live tensors (each storage region once), the ones the graph reads first.
-  std::set<std::string> read;
-  for (const auto& r : graph.reads) read.insert(r.name);
+// Note [One perturbation for a cycle's graphs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The graphs of one cycle (one per batch size) read the same live tensors. Each alone was a pass
+// over every candidate's bytes for the fingerprints before and after its unperturbed run, and one
+// to perturb and one to restore for its group: four passes over the model per graph, 1.3 s of the
+// 10,000-tensor scale run's coverage pass (issue 26). So the graphs share them: the fingerprints
+// around every graph's unperturbed run, and one perturbation of every candidate under which each
+// graph whose baseline agreed replays and runs eager. A graph whose outputs then agree is covered,
+// as alone; one whose outputs differ bisects the two halves of its group as alone, on its own
+// runs. What each graph's event says is what measure_coverage said of it alone: the same runs on
+// the same perturbations, only the shared ones made once.
+void measure_coverage(const std::vector<CoverageGraph>& graphs, std::vector<NamedTensor> live) {
+  if (graphs.empty()) return;
+  // Candidates: the live tensors (each storage region once); each graph takes them in its own
+  // order, the ones it reads first.
+  std::vector<std::set<std::string>> reads(graphs.size());
+  for (std::size_t k = 0; k < graphs.size(); ++k) {
+    for (const auto& r : graphs[k].graph->reads) reads[k].insert(r.name);
+  }
   std::vector<Candidate> candidates;
   std::set<std::pair<const void*, std::size_t>> seen;
   for (int round = 0; round < 2; ++round) {
     for (auto& t : live) {
       if (!t.tensor.defined()) continue;  // moved into candidates in the first round
-      if ((read.count(t.name) > 0) != (round == 0) || !perturbable(t.tensor)) continue;
+      if ((reads[0].count(t.name) > 0) != (round == 0) || !perturbable(t.tensor)) continue;
       if (!seen.insert({t.tensor.data_ptr(), t.tensor.nbytes()}).second) continue;
       candidates.push_back({std::move(t), std::nullopt});
     }
   }
-  out.graph = &graph;
-  out.replays = 0;
-  out.tensors = static_cast<std::int64_t>(candidates.size());
+  std::vector<std::vector<const Candidate*>> orders(graphs.size());
+  for (std::size_t k = 0; k < graphs.size(); ++k) {
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& c : candidates) {
+        if ((reads[k].count(c.tensor.name) > 0) == (round == 0)) orders[k].push_back(&c);
+      }
+    }
+    CoverageEvent& out = *graphs[k].out;
+    out.graph = graphs[k].graph;
+    out.replays = 0;
+    out.tensors = static_cast<std::int64_t>(candidates.size());
+  }
   choose_in_place(candidates);
-  copy_the_written(candidates, replay_and_eager, out);
-  Perturbation p(compare, replay_and_eager, out);
-  if (p.baseline_agrees()) {
-    out.method = "group bisection";
+  copy_the_written(candidates, graphs);
+  std::vector<Perturbation> perturbations;
+  perturbations.reserve(graphs.size());
+  for (const CoverageGraph& g : graphs) perturbations.emplace_back(*g.compare, g.replay_and_eager, *g.out);
+  // The group of every candidate, perturbed once for the graphs whose baseline agrees.
+  std::vector<std::size_t> grouped;
+  for (std::size_t k = 0; k < graphs.size(); ++k) {
+    if (perturbations[k].baseline_agrees()) grouped.push_back(k);
+  }
+  std::vector<std::pair<TensorList, TensorList>> outputs(graphs.size());
+  if (!grouped.empty() && !candidates.empty()) {
     std::vector<const Candidate*> all;
     for (const auto& c : candidates) all.push_back(&c);
-    p.bisect(all);
-  } else {
-    out.method = "one tensor at a time (replay already differs from eager)";
-    for (std::size_t i = 0; i < candidates.size() && i < kMaxSingles; ++i) p.classify(candidates[i]);
+    PerturbedGroup perturbed(all);
+    try {
+      for (std::size_t k : grouped) {
+        ++graphs[k].out->replays;
+        outputs[k] = graphs[k].replay_and_eager();
+      }
+    } catch (...) {
+      perturbed.restore();  // a failure here replaces the model's, as the copy's did
+      throw;
+    }
+    perturbed.restore();
   }
+  for (std::size_t k = 0; k < graphs.size(); ++k) {
+    CoverageEvent& out = *graphs[k].out;
+    Perturbation& p = perturbations[k];
+    if (p.baseline_agrees()) {
+      out.method = "group bisection";
+      if (orders[k].empty() || p.agree(outputs[k].first, outputs[k].second)) continue;
+      p.split(orders[k]);
+    } else {
+      out.method = "one tensor at a time (replay already differs from eager)";
+      for (std::size_t i = 0; i < orders[k].size() && i < kMaxSingles; ++i) p.classify(*orders[k][i]);
+    }
+  }
+}
+
+void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, const CompareEvent& compare,
+                      const ReplayAndEager& replay_and_eager, CoverageEvent& out) {
+  measure_coverage(std::vector<CoverageGraph>{{&graph, &compare, replay_and_eager, &out}}, std::move(live));
 }
 
 }  // namespace graphcheck::passes

@@ -45,6 +45,15 @@ void poison_orphans(const std::vector<GraphView>& graphs, std::vector<NamedTenso
 using ReplayAndEager = std::function<std::pair<TensorList, TensorList>()>;
 void measure_coverage(const GraphView& graph, std::vector<NamedTensor> live, const CompareEvent& compare,
                       const ReplayAndEager& replay_and_eager, CoverageEvent& out);
+// The same for several graphs at once, each with its compare, its run and its event (Note [One
+// perturbation for a cycle's graphs], coverage.cpp): what measure_coverage finds for each alone.
+struct CoverageGraph {
+  const GraphView* graph = nullptr;
+  const CompareEvent* compare = nullptr;
+  ReplayAndEager replay_and_eager;
+  CoverageEvent* out = nullptr;
+};
+void measure_coverage(const std::vector<CoverageGraph>& graphs, std::vector<NamedTensor> live);
 
 namespace detail {
 // The coverage perturbation of a tensor that is one dense region (Note [A perturbation undone

@@ -15,22 +15,35 @@ FileReaper::~FileReaper() {
   }
 }
 
-bool FileReaper::retire(const fs::path& path) noexcept {
+FileReaper::Aside::~Aside() {
+  if (m_reaper != nullptr && !m_hidden.empty()) m_reaper->remove_in_background(m_hidden);
+}
+
+FileReaper::Aside FileReaper::set_aside(const fs::path& path) noexcept {
   try {
     std::error_code ec;
-    if (!fs::is_regular_file(fs::symlink_status(path, ec))) return false;
+    if (!fs::is_regular_file(fs::symlink_status(path, ec))) return {};
     std::lock_guard lock(m_mutex);
-    const fs::path hidden = path.parent_path() / ("." + path.filename().string() + ".replaced-" +
-                                                  std::to_string(::getpid()) + "-" + std::to_string(m_count++));
-    fs::rename(path, hidden, ec);
-    if (ec) return false;
+    fs::path hidden = path.parent_path() / ("." + path.filename().string() + ".replaced-" +
+                                            std::to_string(::getpid()) + "-" + std::to_string(m_count++));
+    fs::create_hard_link(path, hidden, ec);
+    if (ec) return {};  // no hard links here: the rename frees the file itself
+    return {this, std::move(hidden)};
+  } catch (...) {
+    return {};
+  }
+}
+
+void FileReaper::remove_in_background(const fs::path& hidden) noexcept {
+  try {
+    std::lock_guard lock(m_mutex);
     m_threads.emplace_back([hidden] {
       std::error_code ignored;
       fs::remove(hidden, ignored);
     });
-    return true;
   } catch (...) {
-    return false;  // no thread (or no memory for the name): the caller's rename replaces the file
+    std::error_code ignored;  // no thread: removed here
+    fs::remove(hidden, ignored);
   }
 }
 
