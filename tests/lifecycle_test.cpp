@@ -1115,45 +1115,82 @@ TEST(Coverage, AModelThatThrowsMidwayLeavesEveryTensorAsItWas) {
   }
 }
 
-// Note [One perturbation for a cycle's graphs]: three graphs measured at once, each told what it
-// would be told alone. "whole" replays a = 1, b = 2 and c = 3 from the live tensors, as eager
-// does; "stale_b" replays b from a copy taken before (eager reads the live one); "differs" already
-// disagrees with eager before any perturbation. The fingerprints and the group's perturbation are
-// made once for all three: "whole" runs twice (unperturbed, group), as alone.
+// Note [One perturbation for a cycle's graphs]: graphs measured at once each get what
+// measure_coverage gives them alone (method, lists, names, candidates and runs), the shared
+// fingerprints and group made once. "whole" replays a = 1, b = 2 and c = 3 from the live tensors,
+// as eager does; "stale_b" replays b from a copy taken before (eager reads the live one) and
+// reads b under its own name, where "whole" reads it as "b_tied" (one region, two names: each
+// graph names it as alone); "differs" already disagrees with eager before any perturbation. And
+// a model of one tensor, whose group of one is classified at once.
 TEST(Coverage, GraphsMeasuredTogetherEachGetWhatTheyWouldAlone) {
   torch::NoGradGuard no_grad;
   torch::Tensor a = torch::full({4}, 1.0F), b = torch::full({4}, 2.0F), c = torch::full({4}, 3.0F);
   const torch::Tensor b_copy = b.clone();
-  const std::vector<NamedTensor> live = {{"a", a}, {"b", b}, {"c", c}};
   const auto sums = [](const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& z) {
     return TensorList{torch::stack({x.sum(), y.sum(), z.sum()})};
   };
-  const TensorList clean = sums(a, b, c);
-  std::vector<GraphView> views(3);
-  std::vector<CompareEvent> compares(3);
-  std::vector<CoverageEvent> events(3);
-  for (auto& cmp : compares) cmp.replay_outputs = cmp.eager_outputs = clean;
-  compares[2].replay_outputs = {clean[0] + 1};  // "differs"
-  std::vector<int> runs(3, 0);
-  std::vector<passes::CoverageGraph> graphs;
-  graphs.push_back({&views[0], &compares[0], [&] { ++runs[0]; return std::make_pair(sums(a, b, c), sums(a, b, c)); }, &events[0]});
-  graphs.push_back({&views[1], &compares[1], [&] { ++runs[1]; return std::make_pair(sums(a, b_copy, c), sums(a, b, c)); }, &events[1]});
-  graphs.push_back({&views[2], &compares[2], [&] { ++runs[2]; return std::make_pair(TensorList{sums(a, b, c)[0] + 1}, sums(a, b, c)); }, &events[2]});
-  passes::measure_coverage(graphs, live);
-  EXPECT_EQ(events[0].method, "group bisection");
-  EXPECT_TRUE(events[0].uncovered.empty() && events[0].replay_only.empty() && events[0].partial.empty());
-  EXPECT_EQ(events[0].replays, 2);
-  EXPECT_EQ(runs[0], 2);
-  EXPECT_EQ(events[1].method, "group bisection");
-  EXPECT_EQ(events[1].uncovered, std::vector<std::string>{"b"});
-  EXPECT_GT(events[1].replays, 2);
-  EXPECT_EQ(events[1].replays, runs[1]);
-  EXPECT_EQ(events[2].method, "one tensor at a time (replay already differs from eager)");
-  EXPECT_EQ(events[2].replays, runs[2]);
-  EXPECT_EQ(runs[2], 1 + 3);  // the unperturbed run, then each tensor alone; no group run
-  for (const auto& e : events) EXPECT_EQ(e.tensors, 3);
-  EXPECT_TRUE(torch::equal(a, torch::full({4}, 1.0F)) && torch::equal(b, torch::full({4}, 2.0F)) &&
-              torch::equal(c, torch::full({4}, 3.0F)));
+  const auto read = [](std::initializer_list<const char*> names) {
+    GraphView v;
+    for (const char* n : names) {
+      ResolvedRead r;
+      r.name = n;
+      v.reads.push_back(r);
+    }
+    return v;
+  };
+  struct Graph {
+    GraphView view;
+    CompareEvent compare;
+    passes::ReplayAndEager run;
+  };
+  const auto measure = [&](const std::vector<NamedTensor>& live, std::vector<Graph>& graphs, bool together) {
+    std::vector<CoverageEvent> events(graphs.size());
+    std::vector<passes::CoverageGraph> all;
+    for (std::size_t k = 0; k < graphs.size(); ++k) {
+      all.push_back({&graphs[k].view, &graphs[k].compare, graphs[k].run, &events[k]});
+    }
+    if (together) {
+      passes::measure_coverage(all, live);
+    } else {
+      for (std::size_t k = 0; k < graphs.size(); ++k) {
+        passes::measure_coverage(graphs[k].view, live, graphs[k].compare, graphs[k].run, events[k]);
+      }
+    }
+    return events;
+  };
+  for (const bool one_tensor : {false, true}) {
+    std::vector<NamedTensor> live = {{"a", a}, {"b_tied", b}, {"b", b}, {"c", c}};
+    if (one_tensor) live = {{"b", b}};
+    const TensorList clean = sums(a, b, c);
+    std::vector<Graph> graphs(3);
+    graphs[0] = {read({"a", "b_tied"}), {}, [&] { return std::make_pair(sums(a, b, c), sums(a, b, c)); }};
+    graphs[1] = {read({"c", "b"}), {}, [&] { return std::make_pair(sums(a, b_copy, c), sums(a, b, c)); }};
+    graphs[2] = {read({}), {}, [&] { return std::make_pair(TensorList{sums(a, b, c)[0] + 1}, sums(a, b, c)); }};
+    for (auto& g : graphs) g.compare.replay_outputs = g.compare.eager_outputs = clean;
+    graphs[2].compare.replay_outputs = {clean[0] + 1};
+    const std::vector<CoverageEvent> alone = measure(live, graphs, false);
+    const std::vector<CoverageEvent> together = measure(live, graphs, true);
+    for (std::size_t k = 0; k < graphs.size(); ++k) {
+      const std::string what = (one_tensor ? "one tensor, graph " : "graph ") + std::to_string(k);
+      EXPECT_EQ(together[k].method, alone[k].method) << what;
+      EXPECT_EQ(together[k].uncovered, alone[k].uncovered) << what;
+      EXPECT_EQ(together[k].replay_only, alone[k].replay_only) << what;
+      EXPECT_EQ(together[k].partial, alone[k].partial) << what;
+      EXPECT_EQ(together[k].tensors, alone[k].tensors) << what;
+      EXPECT_EQ(together[k].replays, alone[k].replays) << what;
+      EXPECT_EQ(together[k].graph, &graphs[k].view) << what;
+    }
+    // The unperturbed run, then the group's (many tensors) or the one tensor's own (one).
+    EXPECT_EQ(alone[0].replays, 2);
+    if (one_tensor) {
+      EXPECT_EQ(alone[1].replays, 2);
+    }
+    EXPECT_EQ(alone[1].uncovered, std::vector<std::string>{"b"}) << "the stale graph's own name for the region";
+    EXPECT_TRUE(alone[0].uncovered.empty());
+    EXPECT_EQ(alone[2].method, "one tensor at a time (replay already differs from eager)");
+    EXPECT_TRUE(torch::equal(a, torch::full({4}, 1.0F)) && torch::equal(b, torch::full({4}, 2.0F)) &&
+                torch::equal(c, torch::full({4}, 3.0F)));
+  }
 }
 
 // A meta tensor (a placeholder with no data) is a candidate as before, perturbed through the copy

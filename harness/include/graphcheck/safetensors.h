@@ -98,9 +98,12 @@ struct TensorInfo {
 
 // Note [Released pages]: drops from the process's resident set the pages of [data, data + bytes)
 // that lie wholly inside it, where that range lies in a live map of File::open; they are read
-// back from the file (the page cache, or the disk) the next time they are touched. No-op, and 0,
-// for any other memory. The caller vouches that nobody wrote to those bytes through the map: the
-// pages a copy_on_write map copied on a write would be lost. Returns the bytes released.
+// back from the file (the page cache, or the disk) the next time they are touched. A range that
+// reaches the end of a map takes the map's last page whole (past the file's end it holds nothing
+// else). No-op, and 0, for any other memory. What a copy_on_write map copied on a write to those
+// pages is dropped with them and the file's bytes come back: the caller wants that (the
+// stream-order pass, Note [Views streamed where nothing keeps them]) or vouches that nobody wrote
+// there. Returns the bytes released.
 std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept;
 
 // Note [Written pages of a map]: whether this process wrote into [data, data + bytes) through a
@@ -116,6 +119,8 @@ std::size_t release_mapped_pages(const void* data, std::size_t bytes) noexcept;
 // A write through some other map of the file (MAP_SHARED) changes the file's page itself and is
 // not seen; nothing of graphcheck's makes one.
 enum class PageWrites { clean, written, unknown };
+// Whether [data, data + bytes) lies wholly inside one live map of File::open.
+[[nodiscard]] bool lies_in_map(const void* data, std::size_t bytes) noexcept;
 [[nodiscard]] PageWrites mapped_pages_written(const void* data, std::size_t bytes) noexcept;
 
 // How File::open maps the file. read_only: a write through the map faults. copy_on_write: a

@@ -311,17 +311,28 @@ class PassRun final : public RunContext {
   }
 
   // Adds the time of one delivery to its probe's (probe_seconds()). A probe's time includes what
-  // its callback asked of the run (a replay, a model's forward).
+  // its callback asked of the run (a replay, a model's forward), and the deliveries to other
+  // probes that caused: a delivery inside another is not timed again, so the probes' times add up
+  // to at most the pass's.
   class ProbeTime {
    public:
-    ProbeTime(PassRun& run, const Probe* p) : m_run(run), m_probe(p), m_start(Clock::now()) {}
-    ~ProbeTime() { m_run.m_probe_seconds[m_probe] += std::chrono::duration<double>(Clock::now() - m_start).count(); }
+    ProbeTime(PassRun& run, const Probe* p) : m_run(run) {
+      if (run.m_timed_probe != nullptr) return;
+      m_seconds = &run.m_probe_seconds[p];  // a node of its own: the address stays
+      run.m_timed_probe = p;
+      m_start = Clock::now();
+    }
+    ~ProbeTime() {
+      if (m_seconds == nullptr) return;
+      *m_seconds += std::chrono::duration<double>(Clock::now() - m_start).count();
+      m_run.m_timed_probe = nullptr;
+    }
     ProbeTime(const ProbeTime&) = delete;
     ProbeTime& operator=(const ProbeTime&) = delete;
 
    private:
     PassRun& m_run;
-    const Probe* m_probe;
+    double* m_seconds = nullptr;
     Clock::time_point m_start;
   };
 
@@ -368,6 +379,7 @@ class PassRun final : public RunContext {
   std::vector<Window> m_windows;
   double m_harness_seconds = 0;
   std::map<const Probe*, double> m_probe_seconds;  // ProbeTime
+  const Probe* m_timed_probe = nullptr;            // the delivery being timed, if any
 };
 
 }  // namespace graphcheck::engine

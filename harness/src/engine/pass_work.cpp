@@ -207,8 +207,11 @@ void PassRun::coverage(const std::vector<std::pair<std::size_t, CompareEvent>>& 
                       &events[k]});
   }
   passes::measure_coverage(graphs, live_tensors());
+  for (const CoverageEvent& e : events) {
+    m_batch_size = e.batch_size;
+    notify(&Probe::on_coverage_measured, e);
+  }
   m_batch_size = 0;
-  for (const CoverageEvent& e : events) notify(&Probe::on_coverage_measured, e);
 }
 
 // Dummy loads of models grown through a config key (scenario dummy_growth).

@@ -167,7 +167,19 @@ void PassRun::replay_all() {
   if (m_pass == Pass::observe) {
     for (std::int64_t b : scenario().eager_batch_sizes) eager_compare(b);
   }
-  std::vector<std::pair<std::size_t, CompareEvent>> coverage_compares;  // the coverage pass's
+  // The coverage pass's compares, measured together (Note [One perturbation for a cycle's
+  // graphs]) while what they hold (inputs and both outputs) stays under a bound: 35 batch sizes of
+  // a 128k-vocabulary model's logits would be gigabytes held at once on the device.
+  constexpr std::int64_t kCoverageHeldBytes = std::int64_t{256} << 20;
+  std::vector<std::pair<std::size_t, CompareEvent>> coverage_compares;
+  std::int64_t coverage_held = 0;
+  const auto held_bytes = [](const CompareEvent& c) {
+    std::int64_t bytes = 0;
+    for (const TensorList* list : {&c.inputs, &c.replay_outputs, &c.eager_outputs}) {
+      for (const auto& t : *list) bytes += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+    }
+    return bytes;
+  };
   for (std::size_t i = 0; i < m_graphs.size(); ++i) {
     CapturedGraph& graph = *m_graphs[i];
     const std::int64_t b = graph.batch_size();
@@ -220,10 +232,18 @@ void PassRun::replay_all() {
       c.recapture = recapture(i, inputs);
     }
     end(&Probe::on_compare_end, c);
-    if (m_pass == Pass::coverage) coverage_compares.emplace_back(i, std::move(c));
+    if (m_pass == Pass::coverage) {
+      const std::int64_t bytes = held_bytes(c);
+      if (!coverage_compares.empty() && coverage_held + bytes > kCoverageHeldBytes) {
+        coverage(coverage_compares);
+        coverage_compares.clear();
+        coverage_held = 0;
+      }
+      coverage_compares.emplace_back(i, std::move(c));
+      coverage_held += bytes;
+    }
   }
   m_batch_size = 0;
-  // Note [One perturbation for a cycle's graphs]: after every graph's compare.
   if (!coverage_compares.empty()) coverage(coverage_compares);
 }
 

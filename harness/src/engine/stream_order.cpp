@@ -161,12 +161,13 @@ class FreshMemoryAlike {
   bool m_deterministic, m_warn_only, m_fill;
 };
 
-// Note [Views streamed where nothing keeps them]: an alias of each view (a handle of its own, so
-// that an in-place change of a tensor's shape or strides stays with this load). The pages wholly
-// inside a view the loader has let go leave the resident set as the next one is asked for, as
-// CloningStream's sources do: a model never holds the map's pages beside its own (dsv4 32x1024's
-// peak read 3.06x its bytes without this, 2.3x with the clones). Pages a view shares with a
-// neighbour, and views still held, wait for the pass's release after the load.
+// Note [Views streamed where nothing keeps them]: an alias of each view of the map (a handle of
+// its own, so that an in-place change of a tensor's shape or strides stays with this load); a
+// clone of any other tensor. The pages wholly inside a view the loader has let go leave the
+// resident set as the next one is asked for, as CloningStream's sources do: a model never holds
+// the map's pages beside its own (dsv4 32x1024's BM_PeakRss read 3.06x its bytes without this,
+// 2.17x with it). Pages a view shares with a neighbour, and views still held, wait for the pass's
+// release after the load.
 class AliasingStream final : public WeightStream {
  public:
   explicit AliasingStream(WeightStream& inner) : m_inner(inner) {}
@@ -174,9 +175,16 @@ class AliasingStream final : public WeightStream {
     release_last();
     std::optional<NamedTensor> item = m_inner.next();
     if (item && item->tensor.defined()) {
-      item->tensor = item->tensor.alias();
+      const torch::Tensor& t = item->tensor;
+      if (!t.has_storage() || t.nbytes() == 0 || !safetensors::lies_in_map(t.data_ptr(), t.nbytes())) {
+        // Not the map's (a tensor the file does not align, copied by the stream): what the loader
+        // writes into it no release would drop, so it gets a clone, as before.
+        item->tensor = t.clone();
+        return item;
+      }
+      item->tensor = t.alias();
       m_last = item->tensor;
-      m_last_refs = m_last.has_storage() ? m_last.storage().use_count() : 0;
+      m_last_refs = m_last.storage().use_count();
     }
     return item;
   }
@@ -282,15 +290,30 @@ void PassRun::stream_order() {
   // its two models and the page cache, and the views' pages leave the resident set after each
   // build (Note [Released pages]).
   std::vector<NamedTensor> weights;
-  {
+  const auto open_weights = [&] {
     HarnessTime t(m_harness_seconds);
+    weights.clear();
     try {
       SafetensorsWeightStream file(path, only, {}, StreamReads::mapped);
       while (auto item = file.next()) weights.push_back(std::move(*item));
     } catch (const safetensors::Error& e) {
       throw UserError(e.what());
     }
-  }
+  };
+  open_weights();
+  // The map's bytes the weights lie in, from the first to the end of the last (views only).
+  const auto mapped_range = [&]() -> std::pair<const std::byte*, std::size_t> {
+    std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const auto& w : weights) {
+      if (!w.tensor.defined() || !w.tensor.is_contiguous() || w.tensor.nbytes() == 0) continue;
+      if (!safetensors::lies_in_map(w.tensor.data_ptr(), w.tensor.nbytes())) continue;
+      const auto data = reinterpret_cast<std::uintptr_t>(w.tensor.data_ptr());
+      lo = std::min(lo, data);
+      hi = std::max(hi, data + w.tensor.nbytes());
+    }
+    if (hi <= lo) return {nullptr, 0};
+    return {reinterpret_cast<const std::byte*>(lo), hi - lo};
+  };
   // Every page of the map a weight lies on, those a weight shares with its neighbour included:
   // what a loader wrote into the views (a copied page) goes with them, and the next build streams
   // the file's bytes (Note [Views streamed where nothing keeps them]).
@@ -335,11 +358,20 @@ void PassRun::stream_order() {
   // it in a dict) shares no memory with the next model. Under Note [Fresh memory alike in every
   // build] a clone is torch's fill of fresh memory and then the copy: two writes of the checkpoint
   // per model, a third of the pass's time on the 10,000-tensor scale model (issue 26). So the
-  // models are streamed the views themselves while no loader has kept one: after each load, a
-  // view that gained a handle or its storage a tensor is one kept, and from then on (that model
-  // built again too) every model is streamed clones. What a loader wrote into a view it did not
-  // keep is a copied page of the private map, which release_pages() drops after the load.
-  bool clone_streamed = false;
+  // models are streamed aliases of the views themselves while no loader has kept one: after each
+  // load, a view whose storage gained a tensor is one kept, and from then on (that model built
+  // again too) every model is streamed clones. What a loader wrote into a view it did not keep is
+  // a copied page of the private map, which release_pages() drops after the load; the page table
+  // then says that it did (Note [Written pages of a map]). Where it cannot tell (pagemap hidden),
+  // every model gets clones; where a page stayed written (a locked map), the file is mapped
+  // afresh and every later model gets clones of that. Tensors the file does not align (copies,
+  // not the map's) are cloned as they stream (AliasingStream). One difference stays: a view's
+  // storage cannot be resized, where a clone's can.
+  bool clone_streamed = [&] {
+    const auto [data, bytes] = mapped_range();
+    return data == nullptr || safetensors::mapped_pages_written(data, bytes) == safetensors::PageWrites::unknown;
+  }();
+  bool reopen = false;  // a release left written pages: the next models stream a fresh map's clones
   // `again`: the canonical model built a second time, beside an order that differs.
   const auto build = [&](const std::vector<NamedTensor>& stream_order, const std::string& order, bool again,
                          const std::vector<std::size_t>& calls = {}) {
@@ -402,6 +434,14 @@ void PassRun::stream_order() {
         continue;
       }
       release_pages();
+      if (!clones) {
+        // The release must have dropped every page a loader wrote (a locked map keeps them).
+        const auto [data, bytes] = mapped_range();
+        if (data != nullptr && safetensors::mapped_pages_written(data, bytes) != safetensors::PageWrites::clean) {
+          clone_streamed = true;
+          reopen = true;
+        }
+      }
       support::release_free_memory();  // the clones the loader copied from, the storage it replaced
       m_phase = Phase::pwal;
       run_pwal(*model);
@@ -423,7 +463,13 @@ void PassRun::stream_order() {
     }
     return out;
   };
+  const auto reopen_if_written = [&] {
+    if (!reopen) return;
+    open_weights();
+    reopen = false;
+  };
   std::unique_ptr<LifecycleModel> canonical = build(weights, "canonical", false);
+  reopen_if_written();
   const std::map<std::string, std::string> canonical_prints = prints_of(*canonical);
   canonical.reset();  // one model at a time while the orders agree
   support::release_free_memory();
@@ -438,8 +484,12 @@ void PassRun::stream_order() {
       v.names.push_back(weights[i].name);
     }
     std::unique_ptr<LifecycleModel> model = build(stream_order, name, false, calls);
+    reopen_if_written();
     if (prints_of(*model) != canonical_prints) {
-      if (!canonical) canonical = build(weights, "canonical", /*again=*/true);
+      if (!canonical) {
+        canonical = build(weights, "canonical", /*again=*/true);
+        reopen_if_written();
+      }
       v.differing = compare_live_after_orders(*canonical, *model, event.canonical);
     }
     event.variants.push_back(std::move(v));

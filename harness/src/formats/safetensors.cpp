@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <set>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "formats/safetensors_detail.h"
 #include "regular_file.h"
@@ -541,15 +543,28 @@ class Pagemap {
     m_usable = false;
     m_fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (m_fd < 0) return false;
-    // A page this process has just written must read as present and not the file's; a kernel or
-    // sandbox that reports otherwise cannot tell written pages from the file's.
-    static thread_local volatile std::uint64_t probe = 0;
-    probe = probe + 1;
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    std::uint64_t entry = 0;
-    const auto at = static_cast<off_t>(reinterpret_cast<std::uintptr_t>(&probe) / page * sizeof(std::uint64_t));
-    m_usable = ::pread(m_fd, &entry, sizeof entry, at) == static_cast<ssize_t>(sizeof entry) &&
-               (entry & kPresent) != 0 && (entry & kFileOrShared) == 0;
+    // The rule itself, on a private map of a file of two pages: the page read must read as the
+    // file's, the page written as present and not the file's. A kernel or sandbox that reports
+    // otherwise (the file bit per map rather than per page) cannot tell written pages apart.
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const int file = static_cast<int>(::syscall(SYS_memfd_create, "graphcheck-pagemap-probe", 0u));
+    if (file < 0) return false;
+    void* map = MAP_FAILED;
+    const std::vector<std::uint8_t> content(2 * page, 0x5A);  // pages the file holds, not holes
+    if (::pwrite(file, content.data(), content.size(), 0) == static_cast<ssize_t>(content.size())) {
+      map = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, file, 0);
+    }
+    ::close(file);
+    if (map == MAP_FAILED) return false;
+    auto* bytes = static_cast<volatile std::uint8_t*>(map);
+    (void)bytes[0];  // read: the file's page
+    bytes[page] = 1;  // written: a private copy
+    std::uint64_t entries[2] = {0, 0};
+    const auto at = static_cast<off_t>(reinterpret_cast<std::uintptr_t>(map) / page * sizeof(std::uint64_t));
+    const bool read_back = ::pread(m_fd, entries, sizeof entries, at) == static_cast<ssize_t>(sizeof entries);
+    ::munmap(map, 2 * page);
+    m_usable = read_back && (entries[0] & kPresent) != 0 && (entries[0] & kFileOrShared) != 0 &&
+               (entries[1] & kPresent) != 0 && (entries[1] & kFileOrShared) == 0;
     return m_usable;
   }
 
@@ -566,18 +581,21 @@ Pagemap& pagemap() {
 
 }  // namespace
 
+bool lies_in_map(const void* data, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  MapRegistry& registry = map_registry();
+  std::lock_guard lock(registry.mutex);
+  auto it = registry.maps.upper_bound(begin);
+  if (it == registry.maps.begin()) return false;
+  --it;
+  return begin >= it->first && begin + bytes <= it->second;
+}
+
 PageWrites mapped_pages_written(const void* data, std::size_t bytes) noexcept {
   const auto begin = reinterpret_cast<std::uintptr_t>(data);
   const auto end = begin + bytes;
   if (bytes == 0) return PageWrites::clean;
-  {
-    MapRegistry& registry = map_registry();
-    std::lock_guard lock(registry.mutex);
-    auto it = registry.maps.upper_bound(begin);
-    if (it == registry.maps.begin()) return PageWrites::unknown;
-    --it;
-    if (end > it->second) return PageWrites::unknown;  // not wholly inside one map
-  }
+  if (!lies_in_map(data, bytes)) return PageWrites::unknown;
   static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   constexpr std::size_t kBatch = 512;
   std::uint64_t entries[kBatch];

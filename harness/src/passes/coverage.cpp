@@ -18,6 +18,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <map>
 #include <exception>
 #include <optional>
 #include <set>
@@ -233,6 +234,20 @@ class PerturbedGroup {
   PerturbedGroup& operator=(const PerturbedGroup&) = delete;
   ~PerturbedGroup() { restore_quietly(); }
 
+  // The copied ones (tensors a forward writes) put back and perturbed again: a forward that ran
+  // since may have written them (Note [One perturbation for a cycle's graphs]).
+  void perturb_copied_again() {
+    torch::NoGradGuard no_grad;
+    std::size_t saved = 0;
+    for (std::size_t i = 0; i < m_perturbed; ++i) {
+      const Candidate* c = m_group[i];
+      if (c->in_place) continue;
+      torch::Tensor live = c->tensor.tensor;
+      live.copy_(m_saved[saved++]);
+      perturb_copied(live);
+    }
+  }
+
   void restore() {
     torch::NoGradGuard no_grad;
     std::exception_ptr first;
@@ -367,59 +382,68 @@ class Perturbation {
 // to perturb and one to restore for its group: four passes over the model per graph, 1.3 s of the
 // 10,000-tensor scale run's coverage pass (issue 26). So the graphs share them: the fingerprints
 // around every graph's unperturbed run, and one perturbation of every candidate under which each
-// graph whose baseline agreed replays and runs eager. A graph whose outputs then agree is covered,
-// as alone; one whose outputs differ bisects the two halves of its group as alone, on its own
-// runs. What each graph's event says is what measure_coverage said of it alone: the same runs on
-// the same perturbations, only the shared ones made once.
+// graph whose baseline agreed replays and runs eager. Each graph keeps what it had alone:
+//  - its own candidate list, built from the live tensors as alone: the tensors it reads first, and
+//    a region two names share under the first name in that order;
+//  - a group of one candidate is classified at once, as bisect() does;
+//  - a graph whose outputs under the shared group differ bisects the halves of its group on its
+//    own runs; one whose baseline already differed classifies tensors one at a time.
+// Two things differ from alone, both on the side of perturbing more: a tensor any of the graphs'
+// forwards writes is perturbed through a copy for all of them (Note [Tensors the forward
+// writes]), and, since the graph before may have written it, it is put back and perturbed again
+// before each graph runs. A forward that throws ends the measurement of every graph of the batch
+// (the model's failure is the finding).
 void measure_coverage(const std::vector<CoverageGraph>& graphs, std::vector<NamedTensor> live) {
   if (graphs.empty()) return;
-  // Candidates: the live tensors (each storage region once); each graph takes them in its own
-  // order, the ones it reads first.
-  std::vector<std::set<std::string>> reads(graphs.size());
-  for (std::size_t k = 0; k < graphs.size(); ++k) {
-    for (const auto& r : graphs[k].graph->reads) reads[k].insert(r.name);
-  }
-  std::vector<Candidate> candidates;
-  std::set<std::pair<const void*, std::size_t>> seen;
-  for (int round = 0; round < 2; ++round) {
-    for (auto& t : live) {
-      if (!t.tensor.defined()) continue;  // moved into candidates in the first round
-      if ((reads[0].count(t.name) > 0) != (round == 0) || !perturbable(t.tensor)) continue;
-      if (!seen.insert({t.tensor.data_ptr(), t.tensor.nbytes()}).second) continue;
-      candidates.push_back({std::move(t), std::nullopt});
+  for (const CoverageGraph& g : graphs) g.out->replays = 0;
+  // Each storage region once (the shared perturbation's list), and each graph's candidates.
+  std::vector<Candidate> regions;
+  std::map<std::pair<const void*, std::size_t>, std::size_t> region_of;
+  for (auto& t : live) {
+    if (!t.tensor.defined() || !perturbable(t.tensor)) continue;
+    if (region_of.emplace(std::make_pair(t.tensor.data_ptr(), t.tensor.nbytes()), regions.size()).second) {
+      regions.push_back({t, std::nullopt});
     }
   }
-  std::vector<std::vector<const Candidate*>> orders(graphs.size());
+  choose_in_place(regions);
+  copy_the_written(regions, graphs);
+  std::vector<std::vector<Candidate>> candidates(graphs.size());
   for (std::size_t k = 0; k < graphs.size(); ++k) {
+    std::set<std::string> read;
+    for (const auto& r : graphs[k].graph->reads) read.insert(r.name);
+    std::set<std::size_t> taken;
     for (int round = 0; round < 2; ++round) {
-      for (const auto& c : candidates) {
-        if ((reads[k].count(c.tensor.name) > 0) == (round == 0)) orders[k].push_back(&c);
+      for (const auto& t : live) {
+        if (!t.tensor.defined() || !perturbable(t.tensor) || (read.count(t.name) > 0) != (round == 0)) continue;
+        const std::size_t region = region_of.at({t.tensor.data_ptr(), t.tensor.nbytes()});
+        if (taken.insert(region).second) candidates[k].push_back({t, regions[region].in_place});
       }
     }
     CoverageEvent& out = *graphs[k].out;
     out.graph = graphs[k].graph;
-    out.replays = 0;
-    out.tensors = static_cast<std::int64_t>(candidates.size());
+    out.tensors = static_cast<std::int64_t>(candidates[k].size());
   }
-  choose_in_place(candidates);
-  copy_the_written(candidates, graphs);
   std::vector<Perturbation> perturbations;
   perturbations.reserve(graphs.size());
   for (const CoverageGraph& g : graphs) perturbations.emplace_back(*g.compare, g.replay_and_eager, *g.out);
-  // The group of every candidate, perturbed once for the graphs whose baseline agrees.
+  // The shared group: every region, for the graphs whose baseline agrees (a group of one is
+  // classified instead, as bisect() does). Whether each one's outputs agreed under it.
   std::vector<std::size_t> grouped;
   for (std::size_t k = 0; k < graphs.size(); ++k) {
-    if (perturbations[k].baseline_agrees()) grouped.push_back(k);
+    if (perturbations[k].baseline_agrees() && regions.size() > 1) grouped.push_back(k);
   }
-  std::vector<std::pair<TensorList, TensorList>> outputs(graphs.size());
-  if (!grouped.empty() && !candidates.empty()) {
+  std::vector<bool> agreed(graphs.size(), false);
+  if (!grouped.empty()) {
     std::vector<const Candidate*> all;
-    for (const auto& c : candidates) all.push_back(&c);
+    for (const auto& c : regions) all.push_back(&c);
     PerturbedGroup perturbed(all);
     try {
-      for (std::size_t k : grouped) {
+      for (std::size_t n = 0; n < grouped.size(); ++n) {
+        const std::size_t k = grouped[n];
+        if (n > 0) perturbed.perturb_copied_again();
         ++graphs[k].out->replays;
-        outputs[k] = graphs[k].replay_and_eager();
+        const auto [replayed, eager] = graphs[k].replay_and_eager();
+        agreed[k] = perturbations[k].agree(replayed, eager);
       }
     } catch (...) {
       perturbed.restore();  // a failure here replaces the model's, as the copy's did
@@ -430,13 +454,15 @@ void measure_coverage(const std::vector<CoverageGraph>& graphs, std::vector<Name
   for (std::size_t k = 0; k < graphs.size(); ++k) {
     CoverageEvent& out = *graphs[k].out;
     Perturbation& p = perturbations[k];
+    std::vector<const Candidate*> order;
+    for (const auto& c : candidates[k]) order.push_back(&c);
     if (p.baseline_agrees()) {
       out.method = "group bisection";
-      if (orders[k].empty() || p.agree(outputs[k].first, outputs[k].second)) continue;
-      p.split(orders[k]);
+      if (order.size() == 1) p.classify(*order.front());
+      else if (order.size() > 1 && !agreed[k]) p.split(order);
     } else {
       out.method = "one tensor at a time (replay already differs from eager)";
-      for (std::size_t i = 0; i < orders[k].size() && i < kMaxSingles; ++i) p.classify(*orders[k][i]);
+      for (std::size_t i = 0; i < order.size() && i < kMaxSingles; ++i) p.classify(*order[i]);
     }
   }
 }
